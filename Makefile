@@ -1,0 +1,35 @@
+# humpyard — the commands a newcomer needs. Every target creates .venv when missing.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-dev
+
+.PHONY: run test lint bench soak package clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml $(VENV)/bin/python
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## run: start the demo — simulated providers + the gateway on examples/demo.toml
+run: $(STAMP)
+	$(VENV)/bin/humpyard demo --config examples/demo.toml
+
+## test: install what the tests need and run every test
+test: $(STAMP)
+	$(PY) -m pytest
+
+## lint: ruff and mypy
+lint: $(STAMP)
+	$(VENV)/bin/ruff check shared tests functions bench
+	$(VENV)/bin/mypy shared/humpyard
+
+## bench: measure the gateway's own cost; results in bench/results/
+bench: $(STAMP)
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info shared/*.egg-info

@@ -1,0 +1,58 @@
+"""Time as a seam: the gateway never reads the system clock directly.
+
+``Clock.now()`` is wall time in seconds since the epoch (for records and
+expiries); ``Clock.monotonic()`` is for durations and cooldowns. Tests pass a
+``FakeClock`` and advance it instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    """What every time-dependent component is given."""
+
+    def now(self) -> float: ...
+
+    def monotonic(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def now(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+class FakeClock:
+    """A clock that only moves when told to; ``sleep`` advances it at once."""
+
+    def __init__(self, start: float = 1_800_000_000.0):
+        self._wall = start
+        self._mono = 1000.0
+        self.slept: list[float] = []
+
+    def now(self) -> float:
+        return self._wall
+
+    def monotonic(self) -> float:
+        return self._mono
+
+    def advance(self, seconds: float) -> None:
+        self._wall += seconds
+        self._mono += seconds
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.advance(seconds)

@@ -1,0 +1,247 @@
+"""Cross-reference checks and resolution: raw file → ``Config``.
+
+Every error names the key path and the bad value, and all errors found are
+reported together so one ``humpyard check`` run shows everything to fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+from humpyard.config.models import FAILURE_CLASSES, RawConfig, Route
+from humpyard.config.spec import Config, EndpointSpec, KeySpec, ProviderSpec, RouteSpec, TargetSpec
+from humpyard.errors import ConfigError
+
+DEFAULT_FALLBACK = frozenset(c for c in FAILURE_CLASSES if c != "unavailable")
+
+
+def resolve(raw: RawConfig, env: Mapping[str, str], *, source: str = "<memory>",
+            digest: str = "") -> Config:
+    """Check every name the file uses and build the runtime ``Config``."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    providers = _providers(raw, env, errors, warnings)
+    targets = _targets(raw, errors)
+    routes = _routes(raw, targets, errors)
+    for tname in targets:
+        if tname not in routes:
+            routes[tname] = RouteSpec(name=tname, type="passthrough", targets=(tname,),
+                                      fallback_on=DEFAULT_FALLBACK, implicit=True)
+    _check_select(raw, routes, errors)
+    keys = _keys(raw, routes, env, errors)
+    if errors:
+        raise ConfigError(f"invalid configuration ({source}):\n  " + "\n  ".join(errors))
+    return Config(raw=raw, providers=providers, targets=targets, routes=routes,
+                  select=tuple(raw.select), keys=keys, source=source, digest=digest,
+                  warnings=tuple(warnings))
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _providers(raw: RawConfig, env: Mapping[str, str], errors: list[str],
+               warnings: list[str]) -> dict[str, ProviderSpec]:
+    out: dict[str, ProviderSpec] = {}
+    for name, p in raw.providers.items():
+        key = None
+        if p.api_key_env:
+            key = env.get(p.api_key_env) or None
+            if key is None:
+                warnings.append(f"providers.{name}.api_key_env: environment variable "
+                                f"{p.api_key_env} is not set; calls go without a key")
+        if p.quota_source:
+            parts = urlsplit(p.base_url)
+            if parts.scheme != "https" and not _is_loopback(parts.hostname or ""):
+                errors.append(f"providers.{name}.quota_source: the key is only sent over "
+                              f"https (or to a loopback host), but base_url is {p.base_url!r}")
+        out[name] = ProviderSpec(
+            name=name, base_url=p.base_url, headers=tuple(p.headers.items()),
+            max_retries=p.max_retries, timeout_secs=p.timeout_secs,
+            connect_timeout_secs=p.connect_timeout_secs, health_path=p.health_path,
+            connect_retry_window_secs=p.connect_retry_window_secs,
+            quota_source=p.quota_source, api_key_env=p.api_key_env, api_key=key)
+    return out
+
+
+def _targets(raw: RawConfig, errors: list[str]) -> dict[str, TargetSpec]:
+    out: dict[str, TargetSpec] = {}
+    for name, t in raw.targets.items():
+        eps = []
+        for i, e in enumerate(t.endpoints):
+            if e.provider not in raw.providers:
+                errors.append(f"targets.{name}.endpoints[{i}].provider: unknown provider "
+                              f"{e.provider!r} (known: {sorted(raw.providers)})")
+            eps.append(EndpointSpec(
+                provider=e.provider, model=e.model, context_window=e.context_window,
+                tools=e.tools, vision=e.vision,
+                price_input=e.price.input if e.price else None,
+                price_output=e.price.output if e.price else None))
+        out[name] = TargetSpec(name=name, endpoints=tuple(eps), class_=t.class_,
+                               strengths=tuple(t.strengths), quality=t.quality)
+    return out
+
+
+def _check_names(where: str, names: list[str], targets: Mapping[str, TargetSpec],
+                 errors: list[str]) -> None:
+    for i, t in enumerate(names):
+        if t not in targets:
+            errors.append(f"{where}[{i}]: unknown target {t!r} (known: {sorted(targets)})")
+    dupes = sorted({t for t in names if names.count(t) > 1})
+    if dupes:
+        errors.append(f"{where}: targets repeat: {dupes}")
+
+
+def _pool_members(name: str, r: Route, targets: Mapping[str, TargetSpec],
+                  errors: list[str]) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    assert r.pool is not None
+    pool = r.pool
+    having = [t for t in sorted(targets) if pool.strength in targets[t].strengths]
+    if not having:
+        existing = sorted({s for t in targets.values() for s in t.strengths})
+        errors.append(f"routes.{name}.pool.strength: no target has strength "
+                      f"{pool.strength!r} (strengths that exist: {existing})")
+        return (), ()
+    members: list[str] = []
+    left_out: list[tuple[str, str]] = []
+    for t in having:
+        spec = targets[t]
+        if pool.min_context_window is not None:
+            windows = [e.context_window for e in spec.endpoints if e.context_window]
+            if not windows:
+                left_out.append((t, "context_window_undeclared"))
+                continue
+            if max(windows) < pool.min_context_window:
+                left_out.append((t, "context_window_below"))
+                continue
+        if pool.min_quality is not None:
+            if spec.quality is None:
+                left_out.append((t, "quality_undeclared"))
+                continue
+            if spec.quality < pool.min_quality:
+                left_out.append((t, "quality_below"))
+                continue
+        members.append(t)
+    if not members:
+        errors.append(f"routes.{name}.pool: no target with strength {pool.strength!r} "
+                      f"qualifies (left out: {dict(left_out)})")
+    return tuple(members), tuple(left_out)
+
+
+def _routes(raw: RawConfig, targets: dict[str, TargetSpec],
+            errors: list[str]) -> dict[str, RouteSpec]:
+    out: dict[str, RouteSpec] = {}
+    for name, r in raw.routes.items():
+        where = f"routes.{name}"
+        left_out: tuple[tuple[str, str], ...] = ()
+        if r.pool is not None:
+            members, left_out = _pool_members(name, r, targets, errors)
+        else:
+            members = tuple(r.targets or ())
+            _check_names(f"{where}.targets", list(members), targets, errors)
+        for tier in ("efficient", "capable"):
+            _check_names(f"{where}.{tier}", list(getattr(r, tier) or []), targets, errors)
+        if r.judge is not None and r.judge not in targets:
+            errors.append(f"{where}.judge: unknown target {r.judge!r}")
+        tail = tuple(r.then.targets) if r.then else ()
+        _check_names(f"{where}.then.targets", list(tail), targets, errors)
+        for t in tail:
+            if t in members:
+                errors.append(f"{where}.then.targets: {t!r} is already a pool member")
+        spec = RouteSpec(
+            name=name, type=r.type, targets=members,
+            fallback_on=_fallback(r),
+            fallback_on_explicit=r.fallback_on is not None,
+            weights=tuple(r.weights) if r.weights is not None else None, seed=r.seed,
+            explore=r.explore, min_samples=r.min_samples, max_age_secs=r.max_age_secs,
+            quality_weight=r.quality_weight, latency_target_ms=r.latency_target_ms,
+            unknown_quality=r.unknown_quality,
+            allowed_classes=tuple(r.allowed_classes) if r.allowed_classes else None,
+            pool=r.pool, pool_left_out=left_out, tail=tail,
+            tail_on=frozenset(r.then.on) if r.then else frozenset(),
+            efficient=tuple(r.efficient or ()), capable=tuple(r.capable or ()),
+            judge=r.judge, mode=r.mode, confidence_threshold=r.confidence_threshold,
+            confirmations=r.confirmations)
+        if spec.allowed_classes:
+            _check_strict(where, spec, targets, errors)
+        out[name] = spec
+    return out
+
+
+def _fallback(r: Route) -> frozenset[str]:
+    if r.fallback_on is not None:
+        return frozenset(r.fallback_on)
+    if r.type == "fastest" or r.pool is not None:
+        return frozenset(FAILURE_CLASSES)
+    return DEFAULT_FALLBACK
+
+
+def _check_strict(where: str, r: RouteSpec, targets: Mapping[str, TargetSpec],
+                  errors: list[str]) -> None:
+    allowed = set(r.allowed_classes or ())
+    mentioned = [t for t in r.all_targets if t in targets]
+    unclassed = [t for t in mentioned if targets[t].class_ is None]
+    if unclassed:
+        errors.append(f"{where}.allowed_classes: the route is strict but targets {unclassed} "
+                      "have no class")
+    if mentioned and not any(targets[t].class_ in allowed for t in mentioned):
+        errors.append(f"{where}.allowed_classes: no target of the route has an allowed class "
+                      f"{sorted(allowed)}")
+    for t in r.tail:
+        if t in targets and targets[t].class_ is not None and targets[t].class_ not in allowed:
+            errors.append(f"{where}.then.targets: {t!r} has class {targets[t].class_!r}, "
+                          f"not one of allowed_classes {sorted(allowed)}")
+
+
+def _check_select(raw: RawConfig, routes: Mapping[str, RouteSpec], errors: list[str]) -> None:
+    names: set[str] = set()
+    catch_all: int | None = None
+    for i, rule in enumerate(raw.select):
+        label = f"select[{i}]" + (f" ({rule.name})" if rule.name else "")
+        if catch_all is not None:
+            errors.append(f"{label}: follows the catch-all rule select[{catch_all}] and could "
+                          "never match")
+        if rule.route not in routes:
+            errors.append(f"{label}.route: unknown route {rule.route!r}")
+        if rule.name:
+            if rule.name in names:
+                errors.append(f"{label}.name: repeats the rule name {rule.name!r}")
+            names.add(rule.name)
+        pt = rule.when.prompt_tokens
+        if pt is not None:
+            if not pt:
+                errors.append(f"{label}.when.prompt_tokens: give min, max or both")
+            elif "min" in pt and "max" in pt and pt["min"] > pt["max"]:
+                errors.append(f"{label}.when.prompt_tokens: min {pt['min']} > max {pt['max']}")
+        if rule.when.is_empty() and catch_all is None:
+            catch_all = i
+
+
+def _keys(raw: RawConfig, routes: Mapping[str, RouteSpec], env: Mapping[str, str],
+          errors: list[str]) -> dict[str, KeySpec]:
+    out: dict[str, KeySpec] = {}
+    for kid, k in raw.keys.items():
+        if k.key_env is not None:
+            value = env.get(k.key_env)
+            if not value:
+                errors.append(f"keys.{kid}.key_env: environment variable {k.key_env} is not set")
+                continue
+            digest = hashlib.sha256(value.encode()).digest()
+        else:
+            digest = bytes.fromhex(k.key_sha256 or "")
+        for r in k.allowed_routes or []:
+            if r not in routes:
+                errors.append(f"keys.{kid}.allowed_routes: unknown route {r!r}")
+        out[kid] = KeySpec(
+            id=kid, digest=digest,
+            allowed_routes=frozenset(k.allowed_routes) if k.allowed_routes is not None else None,
+            manage_overrides=k.manage_overrides, budget=k.budget)
+    return out

@@ -1,0 +1,139 @@
+"""The one error root of humpyard.
+
+Every error the gateway raises on purpose derives from ``HumpyardError`` and
+carries the HTTP status and machine code the client sees. ``http/errors.py``
+is the only place that turns them into responses::
+
+    HumpyardError
+    ├── ConfigError                 (load/reload: names the key and value)
+    ├── RequestError        400     (malformed body; names the field)
+    │   └── PayloadTooLarge 413
+    ├── AuthError           401
+    ├── ForbiddenError      403
+    ├── UnknownModel        404
+    ├── ConflictError       409
+    ├── PlanRefused                 (planning refused before any upstream call)
+    │   ├── NoCapableTarget     400 no_capable_target
+    │   ├── NoEligibleTarget    503 no_eligible_target
+    │   ├── OverrideNoTarget    503 override_no_target
+    │   └── BudgetExhausted     429 budget_exhausted
+    ├── UpstreamError               (every attempt failed; carries the last one)
+    └── StoreError                  (a backend failed)
+"""
+
+from __future__ import annotations
+
+
+class HumpyardError(Exception):
+    """Base of every deliberate humpyard error: a message, an HTTP status, a code."""
+
+    status: int = 500
+    code: str = "internal_error"
+    type: str = "api_error"
+
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        if status is not None:
+            self.status = status
+        if code is not None:
+            self.code = code
+
+
+class ConfigError(HumpyardError):
+    """A configuration file is invalid; the message names the key and the bad value."""
+
+    code = "invalid_config"
+
+
+class RequestError(HumpyardError):
+    """The client's request is malformed; the message names the field."""
+
+    status = 400
+    code = "invalid_request"
+    type = "invalid_request_error"
+
+
+class PayloadTooLarge(RequestError):
+    """The request body is over ``max_body_bytes``."""
+
+    status = 413
+    code = "payload_too_large"
+
+
+class AuthError(HumpyardError):
+    """Missing or invalid client key."""
+
+    status = 401
+    code = "invalid_api_key"
+    type = "authentication_error"
+
+
+class ForbiddenError(HumpyardError):
+    """The key may not use this route or surface."""
+
+    status = 403
+    code = "forbidden"
+    type = "permission_error"
+
+
+class UnknownModel(HumpyardError):
+    """The requested model names no route or target."""
+
+    status = 404
+    code = "unknown_model"
+    type = "not_found_error"
+
+
+class ConflictError(HumpyardError):
+    """The operation cannot be done in the gateway's current shape (e.g. no ledger)."""
+
+    status = 409
+    code = "conflict"
+    type = "invalid_request_error"
+
+
+class PlanRefused(HumpyardError):
+    """Planning refused the request before any upstream call."""
+
+    status = 503
+    type = "api_error"
+
+
+class NoCapableTarget(PlanRefused):
+    status = 400
+    code = "no_capable_target"
+    type = "invalid_request_error"
+
+
+class NoEligibleTarget(PlanRefused):
+    status = 503
+    code = "no_eligible_target"
+
+
+class OverrideNoTarget(PlanRefused):
+    status = 503
+    code = "override_no_target"
+
+
+class BudgetExhausted(PlanRefused):
+    status = 429
+    code = "budget_exhausted"
+    type = "rate_limit_error"
+
+
+class UpstreamError(HumpyardError):
+    """Every attempt failed; status and message are the last upstream error's."""
+
+    type = "api_error"
+
+    def __init__(self, message: str, *, status: int, code: str = "upstream_error",
+                 failure_class: str | None = None):
+        super().__init__(message, status=status, code=code)
+        self.failure_class = failure_class
+
+
+class StoreError(HumpyardError):
+    """A store backend failed."""
+
+    code = "store_error"
