@@ -1,0 +1,1 @@
+"""Calling upstreams: the HTTP client, error classification and never-delivered re-sends."""
