@@ -1,0 +1,1 @@
+"""Client and upstream wire formats: pure encode/decode functions, no I/O."""

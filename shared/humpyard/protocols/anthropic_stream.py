@@ -1,0 +1,272 @@
+"""OpenAI chat-completion chunks → Anthropic Messages stream events (pure, no I/O).
+
+A ``StreamTranslator`` is fed each parsed upstream chunk in order and returns
+the Anthropic events that chunk produces, as ``(event_name, data)`` pairs;
+``finish()`` returns the closing events. The events always form a valid
+Anthropic stream::
+
+    message_start, ping,
+    (content_block_start, content_block_delta*, content_block_stop)*,
+    message_delta, message_stop
+
+Block indexes count from 0 in the order blocks open: a text block, then each
+tool call its own ``tool_use`` block. Opening a block closes the one before,
+so at most one block is open at a time. ``encode_event`` turns a pair into SSE
+bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from humpyard.protocols import sse
+from humpyard.protocols.anthropic import (
+    encode_usage,
+    map_stop_reason,
+    matched_stop_sequence,
+    tool_use_id,
+)
+
+Event = tuple[str, dict]
+
+
+def encode_event(name: str, data: dict) -> bytes:
+    """One Anthropic event as SSE bytes: ``event: name\\ndata: {json}\\n\\n``."""
+    return sse.encode(json.dumps(data, ensure_ascii=False, separators=(",", ":")), event=name)
+
+
+@dataclass
+class _ToolCall:
+    """One upstream tool call and the block it became."""
+
+    id: str = ""
+    name: str = ""
+    pending: str = ""  # argument fragments that arrived before the name
+    block: int | None = None  # Anthropic block index once opened
+    closed: bool = False
+
+
+class StreamTranslator:
+    """Turns one upstream chat-completion stream into one Anthropic message stream.
+
+    Contract: call ``feed`` with every chunk in arrival order, then ``finish``
+    exactly once; ``feed`` after ``finish`` returns nothing. ``message_start``
+    and ``ping`` come with the first ``feed`` (or ``finish`` for an empty
+    stream). Only ``choices[0]`` is read; chunks with an ``error`` key are the
+    caller's to handle. Usage from any chunk (normally the last, with empty
+    ``choices``) goes into ``message_delta``. With ``include_thinking``,
+    ``reasoning_content``/``reasoning`` deltas become a ``thinking`` block;
+    otherwise they are dropped. A fragment for a tool call whose block was
+    already closed (the upstream went back to an earlier index) cannot be
+    sent and is counted in ``dropped_fragments``.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        message_id: str,
+        stop_sequences: list[str] | None = None,
+        *,
+        include_thinking: bool = False,
+    ) -> None:
+        self._model = model
+        self._message_id = message_id
+        self._stops = [s for s in stop_sequences or [] if s]
+        self._include_thinking = include_thinking
+        self._started = False
+        self._finished = False
+        self._has_content = False
+        self._next_index = 0
+        self._open: str | int | None = None  # "text", "thinking" or a tool-call slot
+        self._tools: dict[int, _ToolCall] = {}  # by slot: calls in order of first sight
+        self._slots: dict[int, int] = {}  # upstream tool-call index -> current slot
+        self._tail = ""  # the end of the text, for stop-sequence detection
+        self._finish_reason: str | None = None
+        self._choice_stop: Any = None
+        self._usage: dict | None = None
+        self.dropped_fragments = 0
+
+    @property
+    def has_content(self) -> bool:
+        """True once a text delta or a tool call has been emitted.
+
+        Thinking deltas do not count: until content arrives the gateway may
+        still fail over, because it holds every event back until then.
+        """
+        return self._has_content
+
+    @property
+    def usage(self) -> dict | None:
+        """The upstream's OpenAI ``usage`` object, once a chunk carried one."""
+        return self._usage
+
+    def feed(self, chunk: dict) -> list[Event]:
+        """Translate one parsed upstream chunk; returns the events it produces."""
+        if self._finished:
+            return []
+        events = self._start()
+        if isinstance(chunk.get("usage"), dict):
+            self._usage = chunk["usage"]
+        choices = chunk.get("choices")
+        choice = choices[0] if isinstance(choices, list) and choices else None
+        if not isinstance(choice, dict):
+            return events
+        delta = choice.get("delta")
+        delta = delta if isinstance(delta, dict) else {}
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if self._include_thinking and isinstance(reasoning, str) and reasoning:
+            events += self._thinking(reasoning)
+        text = delta.get("content")
+        if isinstance(text, str) and text:
+            events += self._text(text)
+        calls = delta.get("tool_calls")
+        for call in calls if isinstance(calls, list) else []:
+            if isinstance(call, dict):
+                events += self._tool_call(call)
+        if choice.get("finish_reason"):
+            self._finish_reason = choice["finish_reason"]
+        if choice.get("stop_reason") is not None:
+            self._choice_stop = choice["stop_reason"]
+        return events
+
+    def finish(self) -> list[Event]:
+        """The closing events: the open block's stop, ``message_delta``, ``message_stop``.
+
+        Tool calls whose name never arrived are still emitted (with an empty
+        name) so their arguments are not lost. The stop reason is ``tool_use``
+        whenever a tool call was emitted and the upstream said ``stop`` or
+        nothing.
+        """
+        if self._finished:
+            return []
+        events = self._start()
+        for slot, call in self._tools.items():
+            if call.block is None and not call.closed:
+                events += self._open_tool(slot, call)
+        events += self._close()
+        self._finished = True
+        stop = matched_stop_sequence({"stop_reason": self._choice_stop}, self._tail, self._stops)
+        reason = map_stop_reason(self._finish_reason, stop is not None)
+        if reason == "end_turn" and any(c.block is not None for c in self._tools.values()):
+            reason = "tool_use"
+        usage = encode_usage(self._usage)
+        delta_usage = usage if self._usage is not None else {"output_tokens": 0}
+        events.append(("message_delta", {
+            "type": "message_delta",
+            "delta": {
+                "stop_reason": reason,
+                "stop_sequence": stop if reason == "stop_sequence" else None,
+            },
+            "usage": delta_usage,
+        }))
+        events.append(("message_stop", {"type": "message_stop"}))
+        return events
+
+    def _start(self) -> list[Event]:
+        if self._started:
+            return []
+        self._started = True
+        message: dict[str, Any] = {
+            "id": self._message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": self._model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
+        return [("message_start", {"type": "message_start", "message": message}),
+                ("ping", {"type": "ping"})]
+
+    def _close(self) -> list[Event]:
+        if self._open is None:
+            return []
+        if isinstance(self._open, int):
+            self._tools[self._open].closed = True
+        self._open = None
+        index = self._next_index - 1
+        return [("content_block_stop", {"type": "content_block_stop", "index": index})]
+
+    def _begin(self, kind: str | int, block: dict) -> list[Event]:
+        events = self._close()
+        self._open = kind
+        index = self._next_index
+        self._next_index += 1
+        events.append(("content_block_start", {
+            "type": "content_block_start", "index": index, "content_block": block,
+        }))
+        return events
+
+    def _delta(self, delta: dict) -> Event:
+        index = self._next_index - 1
+        return ("content_block_delta", {"type": "content_block_delta", "index": index,
+                                        "delta": delta})
+
+    def _text(self, text: str) -> list[Event]:
+        events = [] if self._open == "text" else self._begin("text", {"type": "text", "text": ""})
+        events.append(self._delta({"type": "text_delta", "text": text}))
+        self._has_content = True
+        keep = max((len(s) for s in self._stops), default=0)
+        self._tail = (self._tail + text)[-keep:] if keep else ""
+        return events
+
+    def _thinking(self, text: str) -> list[Event]:
+        events = []
+        if self._open != "thinking":
+            events = self._begin("thinking", {"type": "thinking", "thinking": "", "signature": ""})
+        events.append(self._delta({"type": "thinking_delta", "thinking": text}))
+        return events
+
+    def _tool_call(self, fragment: dict) -> list[Event]:
+        slot = self._slot(fragment)
+        call = self._tools[slot]
+        if call.closed:
+            self.dropped_fragments += 1
+            return []
+        function = fragment.get("function")
+        function = function if isinstance(function, dict) else {}
+        if isinstance(fragment.get("id"), str) and not call.id:
+            call.id = fragment["id"]
+        if isinstance(function.get("name"), str) and not call.name:
+            call.name = function["name"]
+        arguments = function.get("arguments")
+        arguments = arguments if isinstance(arguments, str) else ""
+        if self._open == slot:
+            return [self._delta({"type": "input_json_delta", "partial_json": arguments})] \
+                if arguments else []
+        call.pending += arguments
+        if not call.name:  # a tool_use block needs its name when it opens
+            return []
+        return self._open_tool(slot, call)
+
+    def _slot(self, fragment: dict) -> int:
+        """The slot a fragment belongs to, by its ``index``; a new id at a used index
+        (upstreams that omit ``index``) starts a new call."""
+        index = fragment.get("index", 0)
+        index = index if isinstance(index, int) else 0
+        new_id = fragment.get("id")
+        slot = self._slots.get(index)
+        if slot is not None:
+            known = self._tools[slot].id
+            if not (isinstance(new_id, str) and new_id and known and new_id != known):
+                return slot
+        slot = len(self._tools)
+        self._slots[index] = slot
+        self._tools[slot] = _ToolCall()
+        return slot
+
+    def _open_tool(self, slot: int, call: _ToolCall) -> list[Event]:
+        if not call.id:
+            call.id = tool_use_id(self._message_id, slot)
+        events = self._begin(slot, {"type": "tool_use", "id": call.id, "name": call.name,
+                                     "input": {}})
+        call.block = self._next_index - 1
+        self._has_content = True
+        if call.pending:
+            events.append(self._delta({"type": "input_json_delta",
+                                       "partial_json": call.pending}))
+            call.pending = ""
+        return events

@@ -1,0 +1,62 @@
+"""OpenAI chat-completions requests: validation that names the field, and facts.
+
+``validate_chat`` checks what the gateway relies on and the documented limits;
+it never rewrites the body (the upstream sees what the client sent, with the
+model replaced per endpoint).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from humpyard.errors import RequestError
+
+MAX_MESSAGES = 10_000
+MAX_TOOLS = 512
+MAX_TOKENS_LIMIT = 10_000_000
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+
+
+def validate_chat(body: Any) -> dict[str, Any]:
+    """Return ``body`` if it is a usable chat request, else raise ``RequestError``."""
+    if not isinstance(body, dict):
+        raise RequestError("request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise RequestError("model: required, a non-empty string")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("messages: required, a non-empty array")
+    if len(messages) > MAX_MESSAGES:
+        raise RequestError(f"messages: at most {MAX_MESSAGES} messages, got {len(messages)}")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise RequestError(f"messages[{i}]: must be an object")
+        role = m.get("role")
+        if role not in ROLES:
+            raise RequestError(f"messages[{i}].role: must be one of {sorted(ROLES)}, "
+                               f"got {role!r}")
+        content = m.get("content")
+        if content is not None and not isinstance(content, str | list):
+            raise RequestError(f"messages[{i}].content: must be a string or an array")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise RequestError("stream: must be a boolean")
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise RequestError("tools: must be an array")
+        if len(tools) > MAX_TOOLS:
+            raise RequestError(f"tools: at most {MAX_TOOLS} tools, got {len(tools)}")
+    for name in ("max_tokens", "max_completion_tokens", "n"):
+        v = body.get(name)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0
+                              or v > MAX_TOKENS_LIMIT):
+            raise RequestError(f"{name}: must be an integer from 0 to {MAX_TOKENS_LIMIT}, "
+                               f"got {v!r}")
+    for name in ("temperature", "top_p"):
+        v = body.get(name)
+        if v is not None and (not isinstance(v, int | float) or isinstance(v, bool)
+                              or not 0 <= v <= 100):
+            raise RequestError(f"{name}: must be a number from 0 to 100, got {v!r}")
+    return body
