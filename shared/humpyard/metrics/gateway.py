@@ -1,0 +1,120 @@
+"""The gateway's metric set, declared once with fixed names and labels.
+
+Label values are names from the configuration (routes, targets, providers,
+``provider/model`` endpoints, key ids), HTTP status codes, and small fixed
+vocabularies (outcomes, skip reasons, override kinds, window names). They are
+never secrets: ``humpyard_budget_spend_usd{key}`` carries the key's
+configured id (``[keys.<id>]``), not the key. Pass the keys to
+``Metrics.forbid_label_values`` to have that checked.
+"""
+
+from __future__ import annotations
+
+from humpyard.metrics.registry import Counter, Gauge, Histogram, Metrics
+
+REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,
+                   600)
+OVERHEAD_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
+RESEND_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
+
+
+class GatewayMetrics:
+    """Every metric the gateway records, as attributes over one ``Metrics`` registry.
+
+    Attribute → metric {labels}:
+
+    - ``requests`` → ``humpyard_requests_total{route,target,status}`` counter; status is
+      the HTTP status code sent to the client; "-" stands for an unknown route/target.
+    - ``request_duration`` → ``humpyard_request_duration_seconds{route}`` histogram.
+    - ``upstream_attempts`` → ``humpyard_upstream_attempts_total{target,provider,outcome}``
+      counter; outcome is "ok" or the failure class.
+    - ``target_latency`` → ``humpyard_target_latency_seconds{target}`` gauge: the smoothed
+      figure ``fastest`` routes rank by.
+    - ``health_skips`` → ``humpyard_health_skips_total{route,target}`` counter.
+    - ``capability_skips`` → ``humpyard_capability_skips_total{route,target,reason}`` counter.
+    - ``fallback_blocked`` → ``humpyard_fallback_blocked_total{route}`` counter.
+    - ``retry_after_honored`` → ``humpyard_retry_after_honored_total`` counter.
+    - ``overrides_active`` → ``humpyard_overrides_active{kind}`` gauge.
+    - ``override_oldest_age`` → ``humpyard_override_oldest_age_seconds`` gauge (0: none).
+    - ``routability_resends`` → ``humpyard_routability_resends_total{endpoint}`` counter.
+    - ``routability_resend_seconds`` → ``humpyard_routability_resend_seconds`` histogram.
+    - ``gateway_overhead`` → ``humpyard_gateway_overhead_seconds`` histogram: request time
+      spent outside upstream calls.
+    - ``endpoint_state`` → ``humpyard_endpoint_state{endpoint,state}`` gauge, 1 for the
+      current state and 0 for the others.
+    - ``quota_percent`` → ``humpyard_quota_percent{provider,window}`` gauge; only fresh
+      quota data has a series.
+    - ``budget_spend_usd`` → ``humpyard_budget_spend_usd{key}`` gauge, labelled with the
+      key's id.
+
+    Declaring the set twice over one registry returns the same metric objects.
+    """
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        m = metrics
+        self.requests: Counter = m.counter(
+            "humpyard_requests_total", "Client requests answered, by HTTP status.",
+            ("route", "target", "status"))
+        self.request_duration: Histogram = m.histogram(
+            "humpyard_request_duration_seconds", "Client request duration, first byte in "
+            "to last byte out.", ("route",), REQUEST_BUCKETS)
+        self.upstream_attempts: Counter = m.counter(
+            "humpyard_upstream_attempts_total", "Upstream attempts, by outcome (ok or the "
+            "failure class).", ("target", "provider", "outcome"))
+        self.target_latency: Gauge = m.gauge(
+            "humpyard_target_latency_seconds", "Smoothed latency figure fastest routes rank by.",
+            ("target",))
+        self.health_skips: Counter = m.counter(
+            "humpyard_health_skips_total", "Targets skipped because every endpoint was "
+            "cooling down or unready.", ("route", "target"))
+        self.capability_skips: Counter = m.counter(
+            "humpyard_capability_skips_total", "Targets removed by declared capabilities.",
+            ("route", "target", "reason"))
+        self.fallback_blocked: Counter = m.counter(
+            "humpyard_fallback_blocked_total", "Failures that fallback_on did not let move to "
+            "the next target.", ("route",))
+        self.retry_after_honored: Counter = m.counter(
+            "humpyard_retry_after_honored_total", "Cooldowns set from a provider's stated "
+            "retry time.")
+        self.overrides_active: Gauge = m.gauge(
+            "humpyard_overrides_active", "Runtime overrides in force.", ("kind",))
+        self.override_oldest_age: Gauge = m.gauge(
+            "humpyard_override_oldest_age_seconds", "Age of the oldest override in force "
+            "(0 when none).")
+        self.routability_resends: Counter = m.counter(
+            "humpyard_routability_resends_total", "Never-delivered requests re-sent to the "
+            "same endpoint.", ("endpoint",))
+        self.routability_resend_seconds: Histogram = m.histogram(
+            "humpyard_routability_resend_seconds", "Time spent re-dialling an endpoint that "
+            "refused the connection.", (), RESEND_BUCKETS)
+        self.gateway_overhead: Histogram = m.histogram(
+            "humpyard_gateway_overhead_seconds", "Request time spent outside upstream calls.",
+            (), OVERHEAD_BUCKETS)
+        self.endpoint_state: Gauge = m.gauge(
+            "humpyard_endpoint_state", "1 for the endpoint's current health state, 0 for "
+            "the others.", ("endpoint", "state"))
+        self.quota_percent: Gauge = m.gauge(
+            "humpyard_quota_percent", "Provider-reported percent of a quota window used "
+            "(fresh data only).", ("provider", "window"), unit="Percent")
+        self.budget_spend_usd: Gauge = m.gauge(
+            "humpyard_budget_spend_usd", "A key's spend in its current budget period, by "
+            "key id.", ("key",), unit="None")
+
+    def names(self) -> frozenset[str]:
+        """The metric names this set declares."""
+        return frozenset(m.name for m in (
+            self.requests, self.request_duration, self.upstream_attempts, self.target_latency,
+            self.health_skips, self.capability_skips, self.fallback_blocked,
+            self.retry_after_honored, self.overrides_active, self.override_oldest_age,
+            self.routability_resends, self.routability_resend_seconds, self.gateway_overhead,
+            self.endpoint_state, self.quota_percent, self.budget_spend_usd))
+
+    def render_prometheus(self) -> str:
+        """The whole registry (not only this set) in Prometheus text format."""
+        return self.metrics.render_prometheus()
+
+    def emf_records(self, namespace: str = "Humpyard",
+                    service: str = "humpyard") -> list[dict[str, object]]:
+        """The whole registry as CloudWatch EMF records; see ``humpyard.metrics.emf``."""
+        return self.metrics.emf_records(namespace=namespace, service=service)
