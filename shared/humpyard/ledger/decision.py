@@ -1,0 +1,89 @@
+"""Building the decision record: what was decided for one request and what happened.
+
+The record is a JSON-ready dict; the store indexes ``request_id``, ``ts``,
+``route``, ``rule``, ``outcome``, ``key_id``, ``status``, ``target``,
+``provider`` and keeps the rest as JSON. It holds configuration names and
+key ids only, never a key or a prompt.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from humpyard.errors import HumpyardError, PlanRefused, UpstreamError
+
+if TYPE_CHECKING:
+    from humpyard.executor.records import Served
+    from humpyard.flow import Call
+
+
+def _outcome(status: int, error: HumpyardError | None, stream_error: str | None) -> str:
+    if error is None:
+        return "stream_broken" if stream_error else "ok"
+    if isinstance(error, UpstreamError):
+        return "failed"
+    if isinstance(error, PlanRefused):
+        return error.code
+    return error.code or "refused"
+
+
+def _crossed(call: Call) -> bool | None:
+    classes = [a.class_ for a in call.attempts if not a.skipped]
+    if not classes:
+        return False
+    if any(c is None for c in classes):
+        return None
+    return len(set(classes)) > 1
+
+
+def build_decision(call: Call, *, status: int, served: Served | None,
+                   error: HumpyardError | None, stream_error: str | None,
+                   latency_ms: float, cost_usd: float) -> dict[str, Any]:
+    """The ledger's record of ``call``."""
+    plan = call.plan
+    facts = call.facts
+    removals = plan.removals if plan else ()
+
+    def names(step: str) -> list[dict[str, Any]]:
+        return [{"target": r.target, "reason": r.reason} for r in removals if r.step == step]
+
+    usage = dict(served.usage) if served and served.usage else {}
+    d: dict[str, Any] = {
+        "request_id": call.request_id,
+        "ts": call.ts,
+        "protocol": call.protocol,
+        "model": call.body.get("model"),
+        "key_id": call.key.id if call.key else None,
+        "session_id": facts.session_id if facts else None,
+        "stream": bool(facts.stream) if facts else False,
+        "route": plan.route if plan else None,
+        "route_type": plan.route_type if plan else None,
+        "rule": plan.rule if plan else None,
+        "rule_source": plan.rule_source if plan else None,
+        "skipped_rules": [{"rule": c.label, "route": c.route}
+                          for c in (plan.rules if plan else ())
+                          if c.matched and not c.key_may_use_route],
+        "excluded_targets": names("classes"),
+        "policy_removed": names("policy") + names("budget"),
+        "incapable_targets": names("capability"),
+        "overrides": [{"id": r.override_id, "target": r.target, "reason": r.reason}
+                      for r in removals if r.step == "override"],
+        "cold_targets": [r.target for r in removals if r.step == "health"],
+        "health_fail_open": bool(plan.health_fail_open) if plan else False,
+        "ranking": [{"target": t, "reason": why} for t, why in (plan.ranking if plan else ())],
+        "attempts": [a.to_dict() for a in call.attempts],
+        "outcome": _outcome(status, error, stream_error),
+        "status": status,
+        "error": error.message if error else stream_error,
+        "target": served.target if served else None,
+        "provider": served.endpoint.provider if served else None,
+        "fallback_crossed_classes": _crossed(call),
+        "prompt_tokens": plan.prompt_tokens if plan else (facts.prompt_tokens if facts else None),
+        "usage": {"input_tokens": int(usage.get("prompt_tokens", 0) or 0),
+                  "output_tokens": int(usage.get("completion_tokens", 0) or 0)}
+        if usage else None,
+        "cost_usd": round(cost_usd, 8),
+        "latency_ms": round(latency_ms, 2),
+        "notes": list(call.notes),
+    }
+    return d

@@ -1,0 +1,36 @@
+"""Where the gateway keeps state: the ``Store`` contract and its backends.
+
+``open_store`` picks the backend from ``[ledger] path``: none gives an
+in-memory store without a ledger, a path (or ``":memory:"``) the SQLite
+store. The DynamoDB backend is built by the Lambda entry points. Writes go
+through ``BackgroundWriter`` and reads through ``run`` so the event loop
+never waits on a disk.
+"""
+
+from __future__ import annotations
+
+import os
+
+from humpyard.clock import Clock
+from humpyard.store.base import LedgerStore, LiveStateStore, OverrideStore, QuotaStore, Store
+from humpyard.store.memory import MemoryStore
+from humpyard.store.sqlite import SQLiteStore
+from humpyard.store.writer import BackgroundWriter, run
+
+__all__ = [
+    "BackgroundWriter", "LedgerStore", "LiveStateStore", "MemoryStore", "OverrideStore",
+    "QuotaStore", "SQLiteStore", "Store", "open_store", "run",
+]
+
+
+def open_store(config_ledger_path: str | None, clock: Clock) -> Store:
+    """The store for ``[ledger] path``: None → ``MemoryStore(ledger=False)``, else SQLite.
+
+    ``~`` is expanded; the file is created (not its directory) and migrated.
+    Raises ``humpyard.errors.StoreError`` when the file cannot be opened.
+    """
+    if config_ledger_path is None:
+        return MemoryStore(ledger=False)
+    path = config_ledger_path if config_ledger_path == ":memory:" else os.path.expanduser(
+        config_ledger_path)
+    return SQLiteStore(path, clock)

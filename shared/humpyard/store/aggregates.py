@@ -1,0 +1,176 @@
+"""Stats aggregates every store backend shares: what a decision adds, and the answer.
+
+Pure, no I/O. ``contributions`` says what one decision adds to which hourly
+bucket; ``stats_rows`` turns summed buckets into the answer of
+``LedgerStore.stats``. Keeping this in one place is what makes every backend
+answer the same numbers for the same decisions.
+
+What is counted, per ``group_by``:
+
+- ``route`` and ``key``: each decision is one request; a failure when its
+  outcome is in ``FAILURE_OUTCOMES``; its ``latency_ms`` enters the p50 only
+  when the outcome is ``ok``.
+- ``target`` and ``provider``: each attempted call in ``attempts`` (skipped
+  ones aside) is one request, so a request that failed over counts once for
+  every target it tried; an attempt fails unless it got a status below 400
+  and no ``failure_class``, and only answered attempts enter the p50. A
+  decision without an ``attempts`` list counts as one request of its own
+  ``target``/``provider``, as for routes.
+- ``cost_usd`` and tokens always go to the decision's own route, key,
+  target and provider (the one that served).
+
+Latency is kept as a fixed log-scale histogram: ``HIST_BUCKETS`` buckets
+from ``HIST_MIN_MS`` to ``HIST_MAX_MS``, each about 1.39 times wider than
+the one before; anything outside falls in the first or last bucket. The
+p50 is interpolated geometrically inside its bucket, so it is accurate to
+well within one bucket's width.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from humpyard.store.decisions import DecisionRow
+
+STATS_GROUPS = ("route", "target", "provider", "key")
+"""The ``group_by`` values ``stats`` accepts; ``key`` groups by ``key_id``."""
+
+HOUR = 3600
+HIST_BUCKETS = 40
+HIST_MIN_MS = 1.0
+HIST_MAX_MS = 600_000.0
+_LOG_RATIO = math.log(HIST_MAX_MS / HIST_MIN_MS) / HIST_BUCKETS
+
+
+def hour_of(ts: float) -> int:
+    """The start of the UTC hour holding ``ts``: the bucket a decision's stats go to."""
+    return int(ts // HOUR) * HOUR
+
+
+def in_window(hour: int, since: float, until: float) -> bool:
+    """Whether the hourly bucket starting at ``hour`` overlaps ``[since, until)``."""
+    return hour_of(since) <= hour < until
+
+
+def latency_bucket(ms: float) -> int:
+    """The histogram bucket ``ms`` falls in."""
+    if ms <= HIST_MIN_MS:
+        return 0
+    return min(int(math.log(ms / HIST_MIN_MS) / _LOG_RATIO), HIST_BUCKETS - 1)
+
+
+def bucket_bounds(index: int) -> tuple[float, float]:
+    """The ``[low, high)`` milliseconds of histogram bucket ``index``."""
+    return (HIST_MIN_MS * math.exp(_LOG_RATIO * index),
+            HIST_MIN_MS * math.exp(_LOG_RATIO * (index + 1)))
+
+
+def percentile(hist: Mapping[int, int], q: float = 0.5) -> float | None:
+    """The ``q`` quantile of a histogram, interpolated in its bucket; None when empty."""
+    total = sum(n for n in hist.values() if n > 0)
+    if total <= 0:
+        return None
+    rank = q * total
+    seen = 0
+    for index in sorted(hist):
+        count = hist[index]
+        if count <= 0:
+            continue
+        if seen + count >= rank:
+            low, high = bucket_bounds(index)
+            return low * (high / low) ** ((rank - seen) / count)
+        seen += count
+    return bucket_bounds(max(hist))[1]  # pragma: no cover - float rounding guard
+
+
+@dataclass(slots=True)
+class Aggregate:
+    """Summed counters of one group: one decision's share, one hourly bucket, or a window."""
+
+    requests: int = 0
+    failures: int = 0
+    cost_usd: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    hist: dict[int, int] = field(default_factory=dict)
+
+    def count(self, failed: bool, latency_ms: float | None) -> None:
+        """One request (or attempt); ``latency_ms`` None keeps it out of the p50."""
+        self.requests += 1
+        self.failures += int(failed)
+        if latency_ms is not None:
+            b = latency_bucket(latency_ms)
+            self.hist[b] = self.hist.get(b, 0) + 1
+
+    def charge(self, row: DecisionRow) -> None:
+        self.cost_usd += row.cost_usd or 0.0
+        self.input_tokens += row.input_tokens or 0
+        self.output_tokens += row.output_tokens or 0
+
+    def merge(self, other: Aggregate) -> None:
+        self.requests += other.requests
+        self.failures += other.failures
+        self.cost_usd += other.cost_usd
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        for b, n in other.hist.items():
+            self.hist[b] = self.hist.get(b, 0) + n
+
+
+def contributions(row: DecisionRow) -> dict[tuple[str, str], Aggregate]:
+    """What one decision adds, per ``(group_by, group key)``, to its hour's buckets.
+
+    A missing group value (no key on an open gateway, no target on a
+    refusal) is the empty string here and ``None`` in ``stats`` answers.
+    """
+    out: dict[tuple[str, str], Aggregate] = {}
+
+    def at(dim: str, value: str | None) -> Aggregate:
+        return out.setdefault((dim, value or ""), Aggregate())
+
+    own_latency = row.latency_ms if row.outcome == "ok" else None
+    served = (("target", row.target), ("provider", row.provider))
+    for dim, value in (("route", row.route), ("key", row.key_id)):
+        at(dim, value).count(row.failed, own_latency)
+        at(dim, value).charge(row)
+    if row.attempts is None:
+        for dim, value in served:
+            at(dim, value).count(row.failed, own_latency)
+            at(dim, value).charge(row)
+        return out
+    for a in row.attempts:
+        for dim, value in (("target", a.target), ("provider", a.provider)):
+            at(dim, value).count(a.failed, None if a.failed else a.latency_ms)
+    if row.target is not None or row.cost_usd or row.input_tokens or row.output_tokens:
+        for dim, value in served:
+            at(dim, value).charge(row)
+    return out
+
+
+def stats_rows(groups: Mapping[str, Aggregate]) -> list[dict[str, Any]]:
+    """The ``stats`` answer: one dict per group, busiest first, then by key."""
+    rows: list[dict[str, Any]] = []
+    for key, agg in groups.items():
+        p50 = percentile(agg.hist)
+        rows.append({
+            "key": key or None,
+            "requests": agg.requests,
+            "failures": agg.failures,
+            "failure_rate": round(agg.failures / agg.requests, 4) if agg.requests else 0.0,
+            "p50_latency_ms": None if p50 is None else round(p50, 1),
+            "cost_usd": round(agg.cost_usd, 6),
+            "input_tokens": agg.input_tokens,
+            "output_tokens": agg.output_tokens,
+        })
+    rows.sort(key=lambda r: (-int(r["requests"]), r["key"] or ""))
+    return rows
+
+
+def check_group_by(group_by: str) -> str:
+    """``group_by`` itself, or ``ValueError`` naming the accepted values."""
+    if group_by not in STATS_GROUPS:
+        raise ValueError(f"group_by must be one of {', '.join(STATS_GROUPS)}, not {group_by!r}")
+    return group_by

@@ -1,0 +1,83 @@
+"""The SQLite connection every ``SQLiteStore`` part shares.
+
+One connection (``check_same_thread=False``) guarded by one lock: SQLite
+serialises writers anyway, and the gateway's writes come from one
+background thread. Writes run in ``BEGIN IMMEDIATE`` transactions so that a
+second process on the same file (``sqlite3 humpyard.db``, another gateway)
+waits for the lock instead of failing half-way; WAL mode lets such readers
+run while the gateway writes. ``sqlite3.Error`` never escapes: it becomes
+``StoreError`` naming the file.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+
+from humpyard.clock import Clock
+from humpyard.errors import StoreError
+
+logger = logging.getLogger("humpyard.store")
+
+BUSY_TIMEOUT_SECS = 5.0
+
+
+class SQLiteBase:
+    """Owns the connection; subclasses run SQL only inside ``_tx`` or ``_read``."""
+
+    def __init__(self, path: str, clock: Clock) -> None:
+        self.path = path
+        self._clock = clock
+        self._lock = threading.RLock()
+        try:
+            self._conn: sqlite3.Connection | None = sqlite3.connect(
+                path, timeout=BUSY_TIMEOUT_SECS, isolation_level=None,
+                check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open ledger {path}: {exc}") from exc
+        try:
+            mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.Error as exc:
+            self.close()
+            raise StoreError(f"cannot open ledger {path}: {exc}") from exc
+        if mode != "wal" and path != ":memory:":
+            logger.warning("ledger %s runs in journal mode %s, not WAL", path, mode)
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError(f"ledger {self.path} is closed")
+        return self._conn
+
+    @contextmanager
+    def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            conn = self._connection()
+            try:
+                conn.execute(begin)
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise StoreError(f"ledger {self.path}: {exc}") from exc
+                raise
+
+    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        """A write transaction: committed when the block ends, rolled back if it raises."""
+        return self._transaction("BEGIN IMMEDIATE")
+
+    def _read(self) -> AbstractContextManager[sqlite3.Connection]:
+        """A read transaction: every statement in the block sees one snapshot."""
+        return self._transaction("BEGIN")
+
+    def close(self) -> None:
+        """Close the connection; idempotent. Later calls raise ``StoreError``."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None

@@ -1,0 +1,149 @@
+"""The ``LedgerStore`` half of ``SQLiteStore``: decisions, usage, spend, stats, purge."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from humpyard.errors import ConflictError
+from humpyard.store import aggregates as agg
+from humpyard.store import decisions as dec
+from humpyard.store.rows import check_usd
+from humpyard.store.sqlite_base import SQLiteBase
+
+_INSERT_DECISION = """INSERT INTO decisions (request_id, ts, route, rule, outcome, key_id,
+    status, target, provider, prompt_tokens, latency_ms, cost_usd, body)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+
+_INSERT_USAGE = """INSERT OR REPLACE INTO usage
+    (request_id, kind, input_tokens, output_tokens, cost_usd, ts)
+    VALUES (?, 'answer', ?, ?, ?, ?)"""
+
+_UPSERT_BUCKET = """INSERT INTO stats_buckets
+    (dim, hour, gkey, requests, failures, cost_usd, input_tokens, output_tokens)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (dim, hour, gkey) DO UPDATE SET
+    requests = requests + excluded.requests, failures = failures + excluded.failures,
+    cost_usd = cost_usd + excluded.cost_usd,
+    input_tokens = input_tokens + excluded.input_tokens,
+    output_tokens = output_tokens + excluded.output_tokens"""
+
+_UPSERT_LATENCY = """INSERT INTO stats_latency (dim, hour, gkey, bucket, count)
+    VALUES (?, ?, ?, ?, ?)
+    ON CONFLICT (dim, hour, gkey, bucket) DO UPDATE SET count = count + excluded.count"""
+
+_ADD_SPEND = """INSERT INTO spend (key_id, period, usd) VALUES (?, ?, ?)
+    ON CONFLICT (key_id, period) DO UPDATE SET usd = usd + excluded.usd
+    RETURNING usd"""
+
+
+def write_stats(conn: sqlite3.Connection, row: dec.DecisionRow) -> None:
+    """Add one decision to its hourly buckets (inside the caller's transaction)."""
+    hour = agg.hour_of(row.ts)
+    shares = agg.contributions(row).items()
+    conn.executemany(_UPSERT_BUCKET, [
+        (dim, hour, gkey, a.requests, a.failures, a.cost_usd, a.input_tokens, a.output_tokens)
+        for (dim, gkey), a in shares])
+    conn.executemany(_UPSERT_LATENCY, [
+        (dim, hour, gkey, bucket, n) for (dim, gkey), a in shares for bucket, n in a.hist.items()])
+
+
+class SQLiteLedger(SQLiteBase):
+    """Decisions with their usage rows and stats, written in one transaction."""
+
+    def append_decision(self, decision: dict[str, Any]) -> None:
+        row = dec.decision_row(decision)
+        with self._tx() as conn:
+            try:
+                conn.execute(_INSERT_DECISION, (
+                    row.request_id, row.ts, row.route, row.rule, row.outcome, row.key_id,
+                    row.status, row.target, row.provider, row.prompt_tokens, row.latency_ms,
+                    row.cost_usd, row.body))
+            except sqlite3.IntegrityError as exc:
+                raise ConflictError(f"decision {row.request_id} is already recorded") from exc
+            if row.has_usage:
+                conn.execute(_INSERT_USAGE, (row.request_id, row.input_tokens,
+                                             row.output_tokens, row.cost_usd, row.ts))
+            write_stats(conn, row)
+
+    def list_decisions(
+        self, *, route: str | None = None, rule: str | None = None,
+        outcome: str | None = None, key_id: str | None = None,
+        since: float | None = None, limit: int = 50, cursor: str | None = None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        limit = dec.page_limit(limit)
+        where: list[str] = []
+        params: list[Any] = []
+        for column, value in (("route", route), ("rule", rule), ("outcome", outcome),
+                              ("key_id", key_id)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if since is not None:
+            where.append("ts >= ?")
+            params.append(since)
+        if cursor:
+            where.append("(ts, request_id) < (?, ?)")
+            params.extend(dec.decode_cursor(cursor))
+        sql = ("SELECT ts, request_id, body FROM decisions"
+               + (" WHERE " + " AND ".join(where) if where else "")
+               + " ORDER BY ts DESC, request_id DESC LIMIT ?")
+        with self._read() as conn:
+            rows = conn.execute(sql, (*params, limit + 1)).fetchall()
+        page = rows[:limit]
+        more = len(rows) > limit
+        return ([json.loads(body) for _, _, body in page],
+                dec.encode_cursor(page[-1][0], page[-1][1]) if more else None)
+
+    def get_decision(self, request_id: str) -> dict[str, Any] | None:
+        with self._read() as conn:
+            found = conn.execute("SELECT body FROM decisions WHERE request_id = ?",
+                                 (request_id,)).fetchone()
+        return None if found is None else json.loads(found[0])
+
+    def add_spend(self, key_id: str, period: str, usd: float) -> float:
+        usd = check_usd(usd)
+        with self._tx() as conn:
+            return float(conn.execute(_ADD_SPEND, (key_id, period, usd)).fetchone()[0])
+
+    def get_spend(self, key_id: str, period: str) -> float:
+        return self.spend_for({key_id: period})[key_id]
+
+    def spend_for(self, period_by_key: dict[str, str]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        with self._read() as conn:
+            for key_id, period in period_by_key.items():
+                found = conn.execute("SELECT usd FROM spend WHERE key_id = ? AND period = ?",
+                                     (key_id, period)).fetchone()
+                out[key_id] = float(found[0]) if found else 0.0
+        return out
+
+    def stats(self, group_by: str, since: float, until: float) -> list[dict[str, Any]]:
+        dim = agg.check_group_by(group_by)
+        window = (dim, agg.hour_of(since), until)
+        groups: dict[str, agg.Aggregate] = {}
+        with self._read() as conn:
+            for gkey, req, fail, cost, tin, tout in conn.execute(
+                    """SELECT gkey, SUM(requests), SUM(failures), SUM(cost_usd),
+                       SUM(input_tokens), SUM(output_tokens) FROM stats_buckets
+                       WHERE dim = ? AND hour >= ? AND hour < ? GROUP BY gkey""", window):
+                groups[gkey] = agg.Aggregate(requests=req, failures=fail, cost_usd=cost,
+                                             input_tokens=tin, output_tokens=tout)
+            for gkey, bucket, count in conn.execute(
+                    """SELECT gkey, bucket, SUM(count) FROM stats_latency
+                       WHERE dim = ? AND hour >= ? AND hour < ? GROUP BY gkey, bucket""",
+                    window):
+                groups.setdefault(gkey, agg.Aggregate()).hist[bucket] = count
+        return agg.stats_rows(groups)
+
+    def purge(self, before: float) -> int:
+        with self._tx() as conn:
+            deleted = conn.execute("DELETE FROM decisions WHERE ts < ?", (before,)).rowcount
+            conn.execute("DELETE FROM usage WHERE ts < ?", (before,))
+            conn.execute("DELETE FROM stats_buckets WHERE hour + ? <= ?", (agg.HOUR, before))
+            conn.execute("DELETE FROM stats_latency WHERE hour + ? <= ?", (agg.HOUR, before))
+            conn.execute("DELETE FROM quota_history WHERE ts < ?", (before,))
+            conn.execute("DELETE FROM override_audit WHERE ts < ?", (before,))
+            conn.execute("DELETE FROM overrides WHERE expires_at < ?", (before,))
+        return deleted
