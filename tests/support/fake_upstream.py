@@ -93,7 +93,7 @@ class FakeUpstream:
     """
 
     def __init__(self, *, default: Step | None = None, health_path: str = "/health",
-                 start_timeout: float = 5.0):
+                 start_timeout: float = 5.0, port: int = 0):
         self.default: Step = default or ok()
         self.health_path = health_path
         self.health_status = 200
@@ -109,7 +109,7 @@ class FakeUpstream:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self.port = 0
+        self.port = port
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -194,7 +194,7 @@ class FakeUpstream:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
-        server = await asyncio.start_server(self._on_connection, "127.0.0.1", 0,
+        server = await asyncio.start_server(self._on_connection, "127.0.0.1", self.port,
                                             limit=1 << 22)
         self.port = server.sockets[0].getsockname()[1]
         self._started.set()

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import uvicorn
+
 from tests.support.fake_upstream import FakeUpstream, RecordedRequest
 
 __all__ = ["FakeUpstream", "RecordedRequest", "ServerThread", "closed_port_url", "free_port"]

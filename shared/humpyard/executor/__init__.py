@@ -1,0 +1,1 @@
+"""Walking a ``Plan``: attempts, failover, stream hold-back, re-sends."""

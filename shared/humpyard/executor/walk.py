@@ -1,0 +1,326 @@
+"""The executor: walks a ``Plan`` and returns the first answer, or the last error.
+
+Order of work for one request::
+
+    for each planned target (members, then the guarded tail):
+        crossing into it is allowed only if the previous failure's class is in
+        fallback_on (or the tail's ``on`` when entering the tail)
+        for each endpoint (warm first; cold ones only when the target is cold):
+            readiness: an unready endpoint is skipped, costing nothing
+            1 + max_retries attempts; each failure is classified and recorded
+    when the last failure never reached the wire, re-dial it on the ladder
+
+A failure of class ``request`` (400, 422, …) stops everything at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from humpyard.clock import Clock
+from humpyard.config.spec import Config, EndpointSpec, ProviderSpec
+from humpyard.errors import UpstreamError
+from humpyard.executor.records import Attempt, Served
+from humpyard.executor.stream import hold_back
+from humpyard.health.retry_after import parse_retry_after
+from humpyard.planning.types import Plan, PlannedTarget
+from humpyard.upstream.classify import (
+    BODY_HEAD_BYTES,
+    Classification,
+    FailureClass,
+    classify_status,
+    classify_transport,
+)
+from humpyard.upstream.client import TransportFailure, UpstreamClient, UpstreamResponse
+from humpyard.upstream.resend import ladder_delays
+
+log = logging.getLogger("humpyard.executor")
+routability_log = logging.getLogger("humpyard.routability")
+
+RETRYABLE = frozenset({FailureClass.RATE_LIMIT, FailureClass.TIMEOUT,
+                       FailureClass.SERVER_ERROR, FailureClass.CONNECTION})
+ERROR_BODY_LIMIT = 64 * 1024
+
+
+@dataclass
+class Failure:
+    """The last failure seen, carried to the client when nothing answers."""
+
+    status: int
+    message: str
+    failure_class: str
+    never_delivered: bool = False
+    retry_after: float | None = None
+
+
+class Executor:
+    """Holds the per-process pieces an attempt needs; ``run`` walks one plan."""
+
+    def __init__(self, client: UpstreamClient, health: Any, readiness: Any, clock: Clock,
+                 rng: random.Random, on_latency: Callable[[str, float], None] | None = None,
+                 on_event: Callable[..., None] | None = None):
+        self.client = client
+        self.health = health
+        self.readiness = readiness
+        self.clock = clock
+        self.rng = rng
+        self.on_latency = on_latency or (lambda target, ms: None)
+        self.on_event = on_event or (lambda *a, **k: None)
+
+    async def run(self, plan: Plan, config: Config, body: dict[str, Any], *,
+                  stream: bool, path: str = "/chat/completions",
+                  wanted_usage: bool = True) -> Served:
+        """Serve ``body`` from the plan's targets; raise ``UpstreamError`` if none answer.
+
+        ``body`` is the OpenAI chat request; its ``model`` is replaced per
+        endpoint. The raised error carries ``attempts`` for the ledger.
+        """
+        attempts: list[Attempt] = []
+        last: Failure | None = None
+        last_ep: tuple[PlannedTarget, EndpointSpec] | None = None
+        prev: PlannedTarget | None = None
+        for target in plan.targets:
+            if last is not None and prev is not None:
+                gate = plan.tail_on if (target.tail and not prev.tail) else plan.fallback_on
+                if last.failure_class not in gate:
+                    break
+            prev = target
+            order = self._endpoint_order(target, attempts)
+            for i, ep in enumerate(order):
+                provider = config.providers[ep.provider]
+                if not await self.readiness.is_ready(provider.name, provider.base_url,
+                                                     provider.health_path):
+                    attempts.append(_attempt(target, ep, skipped="skipped_unavailable"))
+                    continue
+                if not self._admit(ep, last_in_target=i == len(order) - 1):
+                    attempts.append(_attempt(target, ep, skipped="probe_in_flight"))
+                    continue
+                for _ in range(1 + provider.max_retries):
+                    result = await self._attempt(target, ep, provider, body, stream, path,
+                                                 attempts, wanted_usage)
+                    if isinstance(result, Served):
+                        return result
+                    last, last_ep, cls = result
+                    if cls.failure_class == FailureClass.REQUEST or not cls.next_endpoint:
+                        if cls.failure_class == FailureClass.REQUEST:
+                            raise self._error(last, attempts)
+                        break
+                    if cls.failure_class not in RETRYABLE or attempts[-1].retry_after_ms:
+                        break
+                if last is not None and last.failure_class == FailureClass.REQUEST:
+                    break
+        if last is not None and last.never_delivered and last_ep is not None:
+            served = await self._resend(last_ep, config, body, stream, path, attempts,
+                                        wanted_usage, last)
+            if isinstance(served, Served):
+                return served
+            last = served
+        if last is None:
+            last = Failure(503, "no endpoint of the route could be tried", "unavailable")
+        raise self._error(last, attempts)
+
+    def _endpoint_order(self, target: PlannedTarget,
+                        attempts: list[Attempt]) -> list[EndpointSpec]:
+        now = self.clock.now()
+        warm: list[EndpointSpec] = []
+        cold: list[tuple[float, EndpointSpec]] = []
+        for ep in target.endpoints:
+            view = self.health.view(ep.key, now)
+            if view.cold:
+                cold.append((view.reopens_at or now, ep))
+            else:
+                warm.append(ep)
+        if warm:
+            for _, ep in cold:
+                attempts.append(_attempt(target, ep, skipped="cold"))
+            return warm
+        return [ep for _, ep in sorted(cold, key=lambda c: c[0])]
+
+    def _admit(self, ep: EndpointSpec, *, last_in_target: bool) -> bool:
+        """Whether to call ``ep`` now. A half-open endpoint takes one probe at a time;
+        another request skips it unless it is the target's last endpoint (health
+        never denies service)."""
+        now = self.clock.now()
+        if self.health.view(ep.key, now).state != "probing":
+            return True
+        return self.health.try_acquire_probe(ep.key, now) or last_in_target
+
+    async def _attempt(self, target: PlannedTarget, ep: EndpointSpec, provider: ProviderSpec,
+                       body: dict[str, Any], stream: bool, path: str,
+                       attempts: list[Attempt], wanted_usage: bool,
+                       ) -> Served | tuple[Failure, tuple[PlannedTarget, EndpointSpec],
+                                           Classification]:
+        att = _attempt(target, ep)
+        attempts.append(att)
+        payload = _encode(body, ep.model, stream)
+        started = self.clock.monotonic()
+        resp: UpstreamResponse | None = None
+        try:
+            async with asyncio.timeout(provider.timeout_secs):
+                resp = await self.client.open(provider, path, payload)
+                att.status = resp.status
+                if resp.status == 200:
+                    served = await self._answer(resp, target, ep, stream, att, attempts,
+                                                started, wanted_usage)
+                    if isinstance(served, Served):
+                        if stream:
+                            resp = None  # the relayed stream owns it now
+                        return served
+                    failure, cls = served
+                else:
+                    raw = await resp.read(ERROR_BODY_LIMIT)
+                    failure, cls = self._http_failure(resp, raw, ep)
+        except TimeoutError:
+            failure, cls = self._transport_failure(
+                TransportFailure("read_timeout", f"timeout after {provider.timeout_secs:g}s "
+                                 f"{_addr(provider)}"), ep)
+        except TransportFailure as tf:
+            failure, cls = self._transport_failure(tf, ep)
+        finally:
+            if resp is not None:
+                await resp.aclose()
+        att.latency_ms = (self.clock.monotonic() - started) * 1000
+        att.failure_class = str(cls.failure_class)
+        att.error = failure.message
+        if failure.retry_after is not None:
+            att.retry_after_ms = int(failure.retry_after * 1000)
+        if cls.counts_for_health:
+            self.health.record_failure(ep.key, self.clock.now(), failure.retry_after)
+        else:
+            self.health.release_probe(ep.key, self.clock.now())
+        return failure, (target, ep), cls
+
+    async def _answer(self, resp: UpstreamResponse, target: PlannedTarget, ep: EndpointSpec,
+                      stream: bool, att: Attempt, attempts: list[Attempt], started: float,
+                      wanted_usage: bool) -> Served | tuple[Failure, Classification]:
+        if stream:
+            head = await hold_back(resp, wanted_usage)
+            if head.error is not None:
+                cls = classify_status(502, b"")
+                return Failure(502, head.error, str(cls.failure_class)), cls
+            ms = (self.clock.monotonic() - started) * 1000
+            att.latency_ms = ms
+            self._success(target, ep, ms)
+            return Served(target=target.name, endpoint=ep, status=200, attempts=attempts,
+                          events=head.events, upstream_ms=ms, usage=head.usage,
+                          closer=resp.aclose)
+        raw = await resp.read()
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict) or "choices" not in data:
+            msg = _error_message(raw) or "upstream answered 200 with a body that is not a " \
+                                         "chat completion"
+            cls = classify_status(502, b"")
+            return Failure(502, msg, str(cls.failure_class)), cls
+        ms = (self.clock.monotonic() - started) * 1000
+        att.latency_ms = ms
+        self._success(target, ep, ms)
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        return Served(target=target.name, endpoint=ep, status=200, attempts=attempts,
+                      body=data, raw=raw, upstream_ms=ms, usage=usage or {})
+
+    def _success(self, target: PlannedTarget, ep: EndpointSpec, ms: float) -> None:
+        self.health.record_success(ep.key, self.clock.now())
+        self.on_latency(target.name, ms)
+
+    def _http_failure(self, resp: UpstreamResponse, raw: bytes,
+                      ep: EndpointSpec) -> tuple[Failure, Classification]:
+        head = raw[:BODY_HEAD_BYTES]
+        cls = classify_status(resp.status, head)
+        msg = _error_message(raw) or f"upstream answered {resp.status}"
+        failure = Failure(resp.status, msg, str(cls.failure_class))
+        if resp.status in (429, 503):
+            ra = parse_retry_after(resp.status, resp.headers, head, self.clock.now())
+            if ra is not None:
+                failure.retry_after = ra
+                self.on_event("retry_after_honored", endpoint=ep.key)
+        return failure, cls
+
+    def _transport_failure(self, tf: TransportFailure,
+                           ep: EndpointSpec) -> tuple[Failure, Classification]:
+        cls = classify_transport(tf.kind)
+        status = 504 if cls.failure_class == FailureClass.TIMEOUT else 502
+        return Failure(status, tf.message, str(cls.failure_class),
+                       never_delivered=tf.never_delivered), cls
+
+    async def _resend(self, where: tuple[PlannedTarget, EndpointSpec], config: Config,
+                      body: dict[str, Any], stream: bool, path: str, attempts: list[Attempt],
+                      wanted_usage: bool, last: Failure) -> Served | Failure:
+        target, ep = where
+        provider = config.providers[ep.provider]
+        if provider.connect_retry_window_secs <= 0:
+            return last
+        started = self.clock.monotonic()
+        tries = 0
+        result: Served | Failure = last
+        for delay in ladder_delays(provider.connect_retry_window_secs, self.rng):
+            await self.clock.sleep(delay)
+            tries += 1
+            out = await self._attempt(target, ep, provider, body, stream, path, attempts,
+                                      wanted_usage)
+            attempts[-1].resend = True
+            if isinstance(out, Served):
+                result = out
+                break
+            result = out[0]
+            if not result.never_delivered:
+                break
+        if tries:
+            ms = (self.clock.monotonic() - started) * 1000
+            last_msg = "ok" if isinstance(result, Served) else result.message
+            routability_log.info("humpyard.routability endpoint=%s attempts=%d ms=%d last=%s",
+                                 ep.key, tries + 1, ms, last_msg)
+            self.on_event("routability_resend", endpoint=ep.key, attempts=tries + 1, ms=ms)
+        return result
+
+    @staticmethod
+    def _error(last: Failure, attempts: list[Attempt]) -> UpstreamError:
+        err = UpstreamError(last.message, status=last.status,
+                            code="upstream_error", failure_class=last.failure_class)
+        err.attempts = attempts  # type: ignore[attr-defined]
+        return err
+
+
+def _attempt(target: PlannedTarget, ep: EndpointSpec, *, skipped: str | None = None) -> Attempt:
+    return Attempt(target=target.name, provider=ep.provider, model=ep.model,
+                   class_=target.class_, skipped=skipped)
+
+
+def _addr(provider: ProviderSpec) -> str:
+    return provider.base_url.split("://", 1)[-1].split("/", 1)[0]
+
+
+def _encode(body: dict[str, Any], model: str, stream: bool) -> bytes:
+    out = dict(body)
+    out["model"] = model
+    if stream:
+        opts = dict(out.get("stream_options") or {})
+        opts["include_usage"] = True
+        out["stream_options"] = opts
+    return json.dumps(out, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _error_message(raw: bytes) -> str | None:
+    """The upstream's own error message, if its body has one."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        text = raw[:500].decode("utf-8", errors="replace").strip()
+        return text or None
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return err["message"]
+        if isinstance(err, str):
+            return err
+        if isinstance(data.get("message"), str):
+            return data["message"]
+    return None

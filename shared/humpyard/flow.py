@@ -1,0 +1,181 @@
+"""One client request through the gateway: facts → plan → execute → record.
+
+Both client protocols (OpenAI chat, Anthropic messages) come here with an
+OpenAI chat body; ``serve`` returns a ``Served`` (buffered body or event
+stream) or raises a ``HumpyardError``. Every request, failed and refused ones
+too, leaves exactly one decision in the ledger (``finish``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from humpyard.config.spec import Config, KeySpec
+from humpyard.errors import ForbiddenError, HumpyardError, UpstreamError
+from humpyard.executor.records import Attempt, Served
+from humpyard.ledger.decision import build_decision
+from humpyard.ledger.periods import period_key
+from humpyard.planning.estimate import estimate_prompt_tokens, request_traits
+from humpyard.planning.plan import plan as make_plan
+from humpyard.planning.types import Plan, RequestFacts
+from humpyard.protocols.sse import SSEEvent
+from humpyard.runtime import Gateway
+from humpyard.sessions import session_id
+
+log = logging.getLogger("humpyard.request")
+
+CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "cookie", "proxy-authorization"})
+TRUE = frozenset({"1", "true", "yes"})
+
+
+def new_request_id() -> str:
+    return "req_" + uuid.uuid4().hex[:24]
+
+
+@dataclass
+class Call:
+    """A request in flight: what it asked, what was decided, what happened."""
+
+    request_id: str
+    config: Config
+    key: KeySpec | None
+    headers: Mapping[str, str]
+    body: dict[str, Any]
+    protocol: str = "openai"
+    ts: float = 0.0
+    started: float = field(default_factory=time.perf_counter)
+    facts: RequestFacts | None = None
+    plan: Plan | None = None
+    attempts: list[Attempt] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    recorded: bool = False
+
+
+def facts_for(call: Call) -> RequestFacts:
+    """The planner's view of the request; credential headers are dropped here."""
+    body = call.body
+    headers = {k: v for k, v in call.headers.items() if k not in CREDENTIAL_HEADERS}
+    high, low = estimate_prompt_tokens(body)
+    tools, images = request_traits(body)
+    sub = headers.get("x-humpyard-subagent") or headers.get("x-switchyard-subagent") or ""
+    return RequestFacts(
+        model=body["model"], key_id=call.key.id if call.key else None, headers=headers,
+        stream=bool(body.get("stream")), tools=tools, images=images,
+        subagent=sub.strip().lower() in TRUE, prompt_tokens=high, prompt_tokens_low=low,
+        session_id=session_id(headers))
+
+
+async def serve(gw: Gateway, call: Call) -> Served:
+    """Plan and execute ``call``; on any error the decision is recorded before raising."""
+    call.ts = gw.clock.now()
+    try:
+        call.facts = facts = facts_for(call)
+        snapshot = gw.snapshot(call.ts)
+        route = call.config.route_for(facts.model)
+        rng = gw.route_rng(route.name, route.seed) if route is not None else gw.rng
+        call.plan = make_plan(facts, snapshot, call.config, call.ts, rng, policy=gw.policy,
+                              route_rngs=gw.route_rngs)
+        _count_removals(gw, call.plan)
+        served = await gw.executor.run(call.plan, call.config, call.body,
+                                       stream=facts.stream,
+                                       wanted_usage=_wants_usage(call.body))
+    except HumpyardError as e:
+        call.plan = call.plan or getattr(e, "plan", None)
+        call.attempts = getattr(e, "attempts", call.attempts)
+        _blocked(gw, call, e)
+        finish(gw, call, status=e.status, error=e)
+        raise
+    call.attempts = served.attempts
+    if served.events is not None:
+        served.events = _recorded_stream(gw, call, served, served.events)
+    else:
+        finish(gw, call, status=200, served=served)
+    return served
+
+
+def _wants_usage(body: Mapping[str, Any]) -> bool:
+    opts = body.get("stream_options")
+    return bool(isinstance(opts, dict) and opts.get("include_usage"))
+
+
+async def _recorded_stream(gw: Gateway, call: Call, served: Served,
+                           events: AsyncIterator[SSEEvent]) -> AsyncIterator[SSEEvent]:
+    broken: str | None = None
+    try:
+        async for ev in events:
+            yield ev
+    except HumpyardError as e:
+        broken = e.message
+        raise
+    except Exception as e:  # a transport failure after the first content
+        broken = str(e) or type(e).__name__
+        raise
+    finally:
+        await served.aclose()
+        finish(gw, call, status=200, served=served, stream_error=broken)
+
+
+def _count_removals(gw: Gateway, plan: Plan) -> None:
+    for r in plan.removals:
+        if r.step == "health":
+            gw.metrics.health_skips.inc(route=plan.route, target=r.target)
+        elif r.step == "capability":
+            gw.metrics.capability_skips.inc(route=plan.route, target=r.target, reason=r.reason)
+
+
+def _blocked(gw: Gateway, call: Call, e: HumpyardError) -> None:
+    plan = call.plan
+    if isinstance(e, UpstreamError) and plan is not None and plan.removed("classes"):
+        gw.metrics.fallback_blocked.inc(route=plan.route)
+
+
+def finish(gw: Gateway, call: Call, *, status: int, served: Served | None = None,
+           error: HumpyardError | None = None, stream_error: str | None = None) -> None:
+    """Record the decision (once), spend and metrics. Never raises."""
+    if call.recorded:
+        return
+    call.recorded = True
+    try:
+        _finish(gw, call, status, served, error, stream_error)
+    except Exception:  # recording must never break a response
+        log.exception("could not record decision request_id=%s", call.request_id)
+
+
+def _finish(gw: Gateway, call: Call, status: int, served: Served | None,
+            error: HumpyardError | None, stream_error: str | None) -> None:
+    latency_ms = (time.perf_counter() - call.started) * 1000
+    usage = dict(served.usage) if served else {}
+    cost = 0.0
+    if served is not None and usage:
+        cost = served.endpoint.cost_usd(int(usage.get("prompt_tokens", 0) or 0),
+                                        int(usage.get("completion_tokens", 0) or 0))
+    decision = build_decision(call, status=status, served=served, error=error,
+                              stream_error=stream_error, latency_ms=latency_ms, cost_usd=cost)
+    gw.writer.submit("append_decision", decision)
+    if cost and call.key is not None and call.key.budget is not None:
+        gw.add_spend(call.key.id, period_key(call.key.budget.period, call.ts), cost)
+    route = decision.get("route") or "-"
+    target = decision.get("target") or "-"
+    gw.metrics.requests.inc(route=route, target=target, status=str(status))
+    gw.metrics.request_duration.observe(latency_ms / 1000, route=route)
+    upstream_ms = sum(a.latency_ms or 0 for a in call.attempts)
+    if not call.facts or not call.facts.stream:
+        gw.metrics.gateway_overhead.observe(max(0.0, latency_ms - upstream_ms) / 1000)
+    for a in call.attempts:
+        if not a.skipped:
+            gw.metrics.upstream_attempts.inc(target=a.target, provider=a.provider,
+                                             outcome="ok" if a.failure_class is None
+                                             else a.failure_class)
+    log.info("request request_id=%s route=%s rule=%s target=%s status=%s outcome=%s ms=%.1f",
+             call.request_id, route, decision.get("rule"), target, status,
+             decision.get("outcome"), latency_ms)
+
+
+def check_route_allowed(key: KeySpec | None, route: str) -> None:
+    if key is not None and not key.may_use(route):
+        raise ForbiddenError(f"key {key.id!r} may not use route {route!r}")

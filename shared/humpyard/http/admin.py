@@ -1,0 +1,195 @@
+"""Read and admin APIs: models, health, decisions, stats, config, metrics, quota.
+
+Every handler here requires a key when the gateway has keys. Overrides and
+explain live in their own modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from humpyard.errors import HumpyardError, RequestError
+from humpyard.http.errors import error_response, internal_error, json_response
+from humpyard.http.guard import gateway, require_key
+from humpyard.metrics import CONTENT_TYPE
+from humpyard.store.writer import BackgroundWriter
+
+Handler = Callable[[Request], Awaitable[Response]]
+DAY = 86400.0
+
+
+def guarded(fn: Handler) -> Handler:
+    """Map humpyard errors to responses for an admin handler."""
+    async def wrapper(request: Request) -> Response:
+        try:
+            return await fn(request)
+        except HumpyardError as e:
+            return error_response(e)
+        except Exception as e:  # noqa: BLE001 - a 500 with the trace in the log
+            return internal_error(e)
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+@guarded
+async def models(request: Request) -> Response:
+    """``GET /v1/models``: the routes (and bare targets) the calling key may use."""
+    key = require_key(request)
+    gw = gateway(request)
+    data = [
+        {"id": name, "object": "model", "created": 0, "owned_by": "humpyard",
+         "humpyard": {"type": r.type, "targets": list(r.all_targets), "implicit": r.implicit}}
+        for name, r in gw.config.routes.items() if key is None or key.may_use(name)
+    ]
+    return json_response({"object": "list", "data": data})
+
+
+def _flush(writer: BackgroundWriter) -> None:
+    writer.flush(timeout=2.0)
+
+
+@guarded
+async def health(request: Request) -> Response:
+    """``GET /v1/health``: every endpoint's breaker and readiness, and each target."""
+    require_key(request)
+    gw = gateway(request)
+    now = gw.clock.now()
+    views = gw.health.snapshot(now)
+    endpoints = []
+    targets = []
+    for tname, t in gw.config.targets.items():
+        states = []
+        for ep in t.endpoints:
+            v = views.get(ep.key) or gw.health.view(ep.key, now)
+            states.append(v.state)
+            endpoints.append({
+                "target": tname, "provider": ep.provider, "model": ep.model,
+                "state": v.state, "consecutive_failures": v.consecutive_failures,
+                "cooldown_remaining_ms": v.cooldown_remaining_ms,
+                "cooldown_source": v.cooldown_source,
+                "readiness": gw.readiness.status(ep.provider)})
+        fig = gw.latency.get(tname)
+        targets.append({"target": tname, "class": t.class_,
+                        "cold": all(s == "cooling_down" for s in states),
+                        "current_latency_ms": round(fig.ms, 2) if fig else None,
+                        "latency_samples": fig.samples if fig else 0})
+    return json_response({"endpoints": endpoints, "targets": targets})
+
+
+@guarded
+async def decisions(request: Request) -> Response:
+    """``GET /v1/decisions``: newest first, filtered, paged with ``cursor``."""
+    require_key(request)
+    gw = gateway(request)
+    q = request.query_params
+    try:
+        limit = min(max(int(q.get("limit", "50")), 1), 1000)
+        since = float(q["since"]) if "since" in q else None
+    except ValueError:
+        raise RequestError("limit and since must be numbers") from None
+    key_filter = q.get("key")
+    _flush(gw.writer)
+    try:
+        rows, cursor = gw.store.list_decisions(
+            route=q.get("route"), rule=q.get("rule"), outcome=q.get("outcome"),
+            key_id=key_filter, since=since, limit=limit, cursor=q.get("cursor"))
+    except ValueError:
+        raise RequestError("cursor: not a cursor this gateway issued") from None
+    return json_response({"decisions": rows, "next_cursor": cursor})
+
+
+@guarded
+async def decision(request: Request) -> Response:
+    """``GET /v1/decisions/{request_id}``."""
+    require_key(request)
+    gw = gateway(request)
+    _flush(gw.writer)
+    d = gw.store.get_decision(request.path_params["request_id"])
+    if d is None:
+        raise HumpyardError("no such decision", status=404, code="not_found")
+    return json_response(d)
+
+
+@guarded
+async def stats(request: Request) -> Response:
+    """``GET /v1/stats?group_by=route|target|provider|key&window_secs=86400``."""
+    require_key(request)
+    gw = gateway(request)
+    group_by = request.query_params.get("group_by", "route")
+    if group_by not in ("route", "target", "provider", "key"):
+        raise RequestError(f"group_by: must be route, target, provider or key, got {group_by!r}")
+    try:
+        window = float(request.query_params.get("window_secs", DAY))
+    except ValueError:
+        raise RequestError("window_secs: must be a number") from None
+    now = gw.clock.now()
+    _flush(gw.writer)
+    groups = gw.store.stats(group_by, now - window, now)
+    if group_by == "target":
+        for g in groups:
+            fig = gw.latency.get(g["key"])
+            g["current_latency_ms"] = round(fig.ms, 2) if fig else None
+            g["latency_samples"] = fig.samples if fig else 0
+    return json_response({"group_by": group_by, "window_secs": window, "groups": groups})
+
+
+@guarded
+async def config_view(request: Request) -> Response:
+    """``GET /v1/config``: the loaded configuration, overrides labelled, no secrets."""
+    require_key(request)
+    gw = gateway(request)
+    cfg = gw.config
+    data = cfg.public_view()
+    snap = gw.snapshot()
+    labels: dict[str, list[dict[str, Any]]] = {}
+    for ov in snap.overrides:
+        if ov.stale:
+            continue
+        if ov.kind == "disable_target":
+            labels.setdefault(ov.subject, []).append({"override_id": ov.id, "kind": ov.kind})
+        elif ov.kind == "drain_provider":
+            for tname, t in cfg.targets.items():
+                if all(e.provider == ov.subject for e in t.endpoints):
+                    labels.setdefault(tname, []).append({"override_id": ov.id,
+                                                         "kind": ov.kind})
+    for tname, tdata in data.get("targets", {}).items():
+        if tname in labels:
+            tdata["overridden_by"] = labels[tname]
+    data["source"] = cfg.source
+    data["digest"] = cfg.digest
+    return json_response(data)
+
+
+@guarded
+async def metrics(request: Request) -> Response:
+    """``GET /metrics``: Prometheus text."""
+    require_key(request)
+    gw = gateway(request)
+    gw.refresh_gauges()
+    return PlainTextResponse(gw.metrics.render_prometheus(), media_type=CONTENT_TYPE)
+
+
+def routes() -> list[Route]:
+    from humpyard.http import explain as explain_mod
+    from humpyard.http import messages as messages_mod
+    from humpyard.http import overrides as overrides_mod
+    from humpyard.http import quota as quota_mod
+    return [
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/health", health, methods=["GET"]),
+        Route("/v1/decisions", decisions, methods=["GET"]),
+        Route("/v1/decisions/{request_id}", decision, methods=["GET"]),
+        Route("/v1/stats", stats, methods=["GET"]),
+        Route("/v1/config", config_view, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        *overrides_mod.routes(guarded),
+        *explain_mod.routes(guarded),
+        *quota_mod.routes(guarded),
+        *messages_mod.routes(),
+    ]

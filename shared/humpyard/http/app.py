@@ -1,0 +1,58 @@
+"""``create_app``: the one Starlette app for ``humpyard serve``, Lambda and tests."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from humpyard.clock import Clock
+from humpyard.config.spec import Config
+from humpyard.errors import HumpyardError
+from humpyard.http import admin
+from humpyard.http.chat import chat_completions
+from humpyard.http.errors import error_response
+from humpyard.runtime import Gateway
+from humpyard.store import Store
+
+
+async def not_found(request: Request, exc: Exception) -> Response:
+    return error_response(HumpyardError(f"no such path: {request.method} {request.url.path}",
+                                        status=404, code="not_found"))
+
+
+async def method_not_allowed(request: Request, exc: Exception) -> Response:
+    return error_response(HumpyardError(
+        f"method {request.method} is not allowed on {request.url.path}",
+        status=405, code="method_not_allowed"))
+
+
+def create_app(config: Config, store: Store | None = None, transport:
+               httpx.AsyncBaseTransport | None = None, clock: Clock | None = None, *,
+               rng: random.Random | None = None, gateway: Gateway | None = None) -> Starlette:
+    """The gateway app. ``store``, ``transport``, ``clock`` and ``rng`` are the seams.
+
+    The app's lifespan closes the gateway (writer, upstream client, store) on
+    shutdown; in Lambda (lifespan off) the instance keeps them while warm.
+    """
+    gw = gateway or Gateway(config, store, transport=transport, clock=clock, rng=rng)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await gw.aclose()
+
+    routes = [
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        *admin.routes(),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={404: not_found, 405: method_not_allowed})
+    app.state.gateway = gw
+    return app

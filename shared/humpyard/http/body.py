@@ -1,0 +1,83 @@
+"""Reading request bodies within limits, and header hygiene."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.requests import Request
+
+from humpyard.errors import PayloadTooLarge, RequestError
+
+MAX_JSON_DEPTH = 64
+MAX_HEADER_COUNT = 100
+MAX_HEADER_BYTES = 32 * 1024
+
+
+def lower_headers(request: Request) -> dict[str, str]:
+    """Request headers with lowercased names; refuses absurd header sets."""
+    raw = request.scope["headers"]
+    if len(raw) > MAX_HEADER_COUNT:
+        raise RequestError(f"headers: at most {MAX_HEADER_COUNT} headers, got {len(raw)}",
+                           status=431, code="headers_too_large")
+    out: dict[str, str] = {}
+    size = 0
+    for k, v in raw:
+        size += len(k) + len(v)
+        out[k.decode("latin-1").lower()] = v.decode("latin-1")
+    if size > MAX_HEADER_BYTES:
+        raise RequestError(f"headers: {size} bytes in all, the limit is {MAX_HEADER_BYTES}",
+                           status=431, code="headers_too_large")
+    return out
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The body parsed as JSON; 413 past ``limit`` bytes, 400 naming what is wrong."""
+    length = request.headers.get("content-length")
+    if length is not None:
+        try:
+            n = int(length)
+        except ValueError:
+            raise RequestError("content-length: not a number") from None
+        if n > limit:
+            raise PayloadTooLarge(f"request body is {n} bytes; the limit is {limit}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw:
+        raise RequestError("request body is empty; expected a JSON object")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RequestError(f"request body is not valid UTF-8 (byte {e.start})") from None
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise RequestError(f"request body nests deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as e:
+        raise RequestError(f"request body is not valid JSON: {e}") from None
+    if _depth(data) > MAX_JSON_DEPTH:
+        raise RequestError(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
+    return data
+
+
+def _depth(obj: Any) -> int:
+    """Nesting depth, iteratively (no recursion limit to hit)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        item, d = stack.pop()
+        if d > deepest:
+            deepest = d
+            if deepest > MAX_JSON_DEPTH:
+                return deepest
+        if isinstance(item, dict):
+            stack.extend((v, d + 1) for v in item.values() if isinstance(v, dict | list))
+        elif isinstance(item, list):
+            stack.extend((v, d + 1) for v in item if isinstance(v, dict | list))
+    return deepest

@@ -1,0 +1,76 @@
+"""``POST /v1/chat/completions``: OpenAI chat, buffered or streamed."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from humpyard.errors import HumpyardError
+from humpyard.executor.records import Served
+from humpyard.flow import Call, finish, new_request_id, serve
+from humpyard.http.body import lower_headers, read_json
+from humpyard.http.errors import error_response, internal_error, json_response
+from humpyard.keys import authenticate
+from humpyard.protocols.openai import validate_chat
+from humpyard.runtime import Gateway
+
+
+def route_headers(call: Call | None, served: Served | None, request_id: str) -> dict[str, str]:
+    """The x-humpyard-* response headers for what is known so far."""
+    h = {"x-humpyard-request-id": request_id}
+    plan = call.plan if call else None
+    if plan is not None:
+        h["x-humpyard-route"] = plan.route
+        h["x-humpyard-rule"] = plan.rule
+    if served is not None:
+        h["x-humpyard-target"] = served.target
+        h["x-humpyard-provider"] = served.endpoint.provider
+    return h
+
+
+def record_refusal(gw: Gateway, request_id: str, headers: dict[str, str], body: object,
+                   err: HumpyardError, protocol: str) -> None:
+    """A request refused before planning (auth, malformed body) is still recorded."""
+    call = Call(request_id=request_id, config=gw.config, key=None, headers=headers,
+                body=body if isinstance(body, dict) else {}, protocol=protocol,
+                ts=gw.clock.now())
+    finish(gw, call, status=err.status, error=err)
+
+
+async def sse_bytes(served: Served) -> AsyncIterator[bytes]:
+    assert served.events is not None
+    async for ev in served.events:
+        yield ev.raw
+
+
+async def chat_completions(request: Request) -> Response:
+    gw: Gateway = request.app.state.gateway
+    config = gw.config
+    rid = new_request_id()
+    call: Call | None = None
+    headers: dict[str, str] = {}
+    body: object = None
+    try:
+        headers = lower_headers(request)
+        key = authenticate(config.keys, headers)
+        body = await read_json(request, config.raw.max_body_bytes)
+        call = Call(request_id=rid, config=config, key=key, headers=headers,
+                    body=validate_chat(body))
+        served = await serve(gw, call)
+    except HumpyardError as e:
+        if call is None:
+            record_refusal(gw, rid, headers, body, e, "openai")
+        return error_response(e, headers=route_headers(call, None, rid))
+    except Exception as e:  # noqa: BLE001 - answered as a 500, logged with its trace
+        return internal_error(e, headers={"x-humpyard-request-id": rid})
+    out_headers = route_headers(call, served, rid)
+    if served.events is not None:
+        out_headers["cache-control"] = "no-cache"
+        out_headers["x-accel-buffering"] = "no"
+        return StreamingResponse(sse_bytes(served), media_type="text/event-stream",
+                                 headers=out_headers)
+    if served.raw is not None:
+        return Response(served.raw, 200, out_headers, media_type="application/json")
+    return json_response(served.body, 200, out_headers)

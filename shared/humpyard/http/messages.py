@@ -1,0 +1,100 @@
+"""``POST /v1/messages`` and ``/v1/messages/count_tokens``: Anthropic clients.
+
+The request is decoded into an OpenAI chat body, routed and served exactly
+like ``/v1/chat/completions``, and the answer (or the stream, event by event)
+is encoded back into Anthropic's shapes. Errors use Anthropic's error body.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from humpyard.errors import HumpyardError
+from humpyard.executor.records import Served
+from humpyard.flow import Call, new_request_id, serve
+from humpyard.http.body import lower_headers, read_json
+from humpyard.http.chat import record_refusal, route_headers
+from humpyard.http.errors import error_response, internal_error, json_response
+from humpyard.keys import authenticate
+from humpyard.planning.estimate import estimate_prompt_tokens
+from humpyard.protocols.anthropic import decode_request, encode_response
+from humpyard.protocols.anthropic_stream import StreamTranslator, encode_event
+from humpyard.protocols.openai import validate_chat
+from humpyard.runtime import Gateway
+
+
+async def _translate(served: Served, translator: StreamTranslator) -> AsyncIterator[bytes]:
+    assert served.events is not None
+    async for ev in served.events:
+        if ev.data == "[DONE]":
+            continue
+        try:
+            chunk = json.loads(ev.data)
+        except ValueError:
+            continue
+        for name, data in translator.feed(chunk):
+            yield encode_event(name, data)
+    for name, data in translator.finish():
+        yield encode_event(name, data)
+
+
+async def messages(request: Request) -> Response:
+    gw: Gateway = request.app.state.gateway
+    config = gw.config
+    rid = new_request_id()
+    call: Call | None = None
+    headers: dict[str, str] = {}
+    body: object = None
+    try:
+        headers = lower_headers(request)
+        key = authenticate(config.keys, headers)
+        body = await read_json(request, config.raw.max_body_bytes)
+        openai_body, notes = decode_request(body)  # type: ignore[arg-type]
+        call = Call(request_id=rid, config=config, key=key, headers=headers,
+                    body=validate_chat(openai_body), protocol="anthropic", notes=notes)
+        served = await serve(gw, call)
+    except HumpyardError as e:
+        if call is None:
+            record_refusal(gw, rid, headers, body, e, "anthropic")
+        return error_response(e, anthropic=True, headers=route_headers(call, None, rid))
+    except Exception as e:  # noqa: BLE001 - answered as a 500, logged with its trace
+        return internal_error(e, anthropic=True, headers={"x-humpyard-request-id": rid})
+    out_headers = route_headers(call, served, rid)
+    model = call.body["model"]
+    stops = call.body.get("stop") if isinstance(call.body.get("stop"), list) else None
+    if served.events is not None:
+        translator = StreamTranslator(model, "msg_" + rid[4:], stops)
+        out_headers["cache-control"] = "no-cache"
+        return StreamingResponse(_translate(served, translator),
+                                 media_type="text/event-stream", headers=out_headers)
+    assert served.body is not None
+    return json_response(encode_response(served.body, model=model, stop_sequences=stops,
+                                         message_id="msg_" + rid[4:]), 200, out_headers)
+
+
+async def count_tokens(request: Request) -> Response:
+    gw: Gateway = request.app.state.gateway
+    try:
+        authenticate(gw.config.keys, lower_headers(request))
+        body = await read_json(request, gw.config.raw.max_body_bytes)
+        if isinstance(body, dict):
+            body = {"max_tokens": 1, **body}
+        openai_body, _ = decode_request(body)  # type: ignore[arg-type]
+        high, _low = estimate_prompt_tokens(openai_body)
+    except HumpyardError as e:
+        return error_response(e, anthropic=True)
+    except Exception as e:  # noqa: BLE001
+        return internal_error(e, anthropic=True)
+    return json_response({"input_tokens": high})
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+    ]

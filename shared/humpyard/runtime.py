@@ -1,0 +1,199 @@
+"""The live gateway: one object holding the configuration and every stateful piece.
+
+``Gateway`` is built once per process (or Lambda instance) and shared by all
+requests. It owns the upstream client, endpoint health, readiness probes,
+latency figures, the store and its background writer, and the metrics. The
+configuration can be swapped atomically (``swap_config``); a request keeps the
+``Config`` object it started with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from humpyard.clock import Clock, SystemClock
+from humpyard.config.spec import Config
+from humpyard.executor.walk import Executor
+from humpyard.health.book import HealthBook
+from humpyard.health.breaker import HealthSettings
+from humpyard.health.readiness import ReadinessProber
+from humpyard.ledger.periods import period_key
+from humpyard.metrics import GatewayMetrics, Metrics
+from humpyard.overrides import mark_stale
+from humpyard.planning.order import fold_latency
+from humpyard.planning.policy import RoutingPolicy
+from humpyard.planning.types import EndpointHealth, LatencyFigure, Override, StateSnapshot
+from humpyard.quota.poller import QuotaPoller
+from humpyard.store import Store, open_store
+from humpyard.store.writer import BackgroundWriter
+from humpyard.upstream.client import UpstreamClient
+
+
+def health_settings(config: Config) -> HealthSettings:
+    h = config.raw.health
+    longest = max((p.timeout_secs for p in config.providers.values()), default=600)
+    return HealthSettings(failure_threshold=h.failure_threshold, cooldown_secs=h.cooldown_secs,
+                          max_cooldown_secs=h.max_cooldown_secs,
+                          max_retry_after_secs=h.max_retry_after_secs,
+                          skip_cold_targets=h.skip_cold_targets,
+                          probe_lease_secs=longest + 60)
+
+
+@dataclass
+class _Cached:
+    taken_at: float
+    overrides: tuple[Override, ...]
+    spend: dict[str, float]
+
+
+class Gateway:
+    """Everything one gateway process shares across requests."""
+
+    def __init__(self, config: Config, store: Store | None = None, *,
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 clock: Clock | None = None, rng: random.Random | None = None,
+                 policy: RoutingPolicy | None = None, health: Any = None,
+                 writer: BackgroundWriter | None = None):
+        self.clock = clock or SystemClock()
+        self.rng = rng or random.Random()
+        self._config = config
+        self.store = store if store is not None else open_store(
+            config.raw.ledger.path if config.raw.ledger else None, self.clock)
+        self.writer = writer or BackgroundWriter(self.store)
+        self.health = health or HealthBook(health_settings(config))
+        self.client = UpstreamClient(transport)
+        self.readiness = ReadinessProber(self.client.http, self.clock,
+                                         config.raw.router.probe_interval_secs,
+                                         config.raw.router.probe_timeout_secs)
+        self.metrics = GatewayMetrics(Metrics())
+        self.policy = policy
+        self.latency: dict[str, LatencyFigure] = {}
+        self.route_rngs: dict[str, random.Random] = {}
+        self._lock = threading.Lock()
+        self._cached: _Cached | None = None
+        self.quota = QuotaPoller(config, self.store, self.clock, self.client.http,
+                                 metrics=self.metrics, cost_since=self._provider_cost_since)
+        self._forbid_secrets(config)
+        self.executor = Executor(self.client, self.health, self.readiness, self.clock,
+                                 self.rng, on_latency=self._on_latency, on_event=self._on_event)
+
+    @property
+    def config(self) -> Config:
+        return self._config
+
+    def swap_config(self, config: Config) -> None:
+        """Serve ``config`` from the next request on; health and latency carry over."""
+        self._config = config
+        if isinstance(self.health, HealthBook):
+            self.health.settings = health_settings(config)
+        self.readiness.interval_secs = config.raw.router.probe_interval_secs
+        self.readiness.timeout_secs = config.raw.router.probe_timeout_secs
+        self.route_rngs = {k: v for k, v in self.route_rngs.items() if k in config.routes}
+        self.quota.reload(config)
+        self._forbid_secrets(config)
+        self.invalidate()
+
+    def _forbid_secrets(self, config: Config) -> None:
+        self.metrics.metrics.forbid_label_values(p.api_key for p in config.providers.values())
+
+    def _provider_cost_since(self, provider: str, since: float) -> float:
+        now = self.clock.now()
+        for g in self.store.stats("provider", since, now):
+            if g["key"] == provider:
+                return float(g.get("cost_usd") or 0.0)
+        return 0.0
+
+    async def run_background(self, stop: asyncio.Event) -> None:
+        """Background work of a long-lived process: quota polling."""
+        if self.quota.providers():
+            await self.quota.run(stop)
+
+    # -- state snapshot ---------------------------------------------------
+
+    def invalidate(self) -> None:
+        """Forget the cached overrides/spend so the next snapshot reads the store."""
+        self._cached = None
+
+    def _shared_state(self, now: float) -> _Cached:
+        cached = self._cached
+        refresh = self._config.raw.state_refresh_ms / 1000
+        if cached is not None and now - cached.taken_at < refresh:
+            return cached
+        overrides: tuple[Override, ...] = ()
+        if self.store.has_ledger:
+            overrides = mark_stale(self.store.list_overrides(now), self._config)
+        periods = {k.id: period_key(k.budget.period, now)
+                   for k in self._config.keys.values() if k.budget}
+        spend = self.store.spend_for(periods) if periods and self.store.has_ledger else {}
+        cached = _Cached(taken_at=now, overrides=overrides, spend=dict(spend))
+        self._cached = cached
+        return cached
+
+    def snapshot(self, now: float | None = None) -> StateSnapshot:
+        """Health, latency, overrides and spend as the planner sees them now."""
+        now = self.clock.now() if now is None else now
+        shared = self._shared_state(now)
+        health = {
+            key: EndpointHealth(state=v.state, cold=v.cold, reopens_at=v.reopens_at or 0.0,
+                                consecutive_failures=v.consecutive_failures,
+                                cooldown_remaining_ms=v.cooldown_remaining_ms,
+                                cooldown_source=v.cooldown_source)
+            for key, v in self.health.snapshot(now).items()
+        }
+        return StateSnapshot(health=health, latency=dict(self.latency),
+                             overrides=shared.overrides, spend_usd=shared.spend, taken_at=now)
+
+    def add_spend(self, key_id: str, period: str, usd: float) -> None:
+        """Count spend at once locally and in the store off the request path."""
+        cached = self._cached
+        if cached is not None:
+            cached.spend[key_id] = cached.spend.get(key_id, 0.0) + usd
+        self.writer.submit("add_spend", key_id, period, usd)
+
+    def refresh_gauges(self) -> None:
+        """Point-in-time gauges (overrides) before metrics are read."""
+        now = self.clock.now()
+        snap = self.snapshot(now)
+        by_kind: dict[str, int] = {"disable_target": 0, "drain_provider": 0, "pin_route": 0}
+        oldest = 0.0
+        for ov in snap.overrides:
+            by_kind[ov.kind] = by_kind.get(ov.kind, 0) + 1
+            oldest = max(oldest, now - ov.created_at)
+        for kind, n in by_kind.items():
+            self.metrics.overrides_active.set(n, kind=kind)
+        self.metrics.override_oldest_age.set(oldest)
+
+    # -- hooks from the executor -------------------------------------------
+
+    def _on_latency(self, target: str, ms: float) -> None:
+        now = self.clock.now()
+        with self._lock:
+            fig = fold_latency(self.latency.get(target), ms, now)
+            self.latency[target] = fig
+        self.metrics.target_latency.set(fig.ms / 1000, target=target)
+
+    def _on_event(self, name: str, **kw: Any) -> None:
+        if name == "retry_after_honored":
+            self.metrics.retry_after_honored.inc()
+        elif name == "routability_resend":
+            self.metrics.routability_resends.inc(endpoint=kw["endpoint"])
+            self.metrics.routability_resend_seconds.observe(kw["ms"] / 1000)
+
+    def route_rng(self, route: str, seed: int | None) -> random.Random:
+        """A per-route random source; seeded routes are reproducible across requests."""
+        rng = self.route_rngs.get(route)
+        if rng is None:
+            rng = random.Random(seed) if seed is not None else self.rng
+            self.route_rngs[route] = rng
+        return rng
+
+    async def aclose(self) -> None:
+        self.writer.close()
+        await self.client.aclose()
+        self.store.close()

@@ -1,0 +1,62 @@
+"""Running the real gateway app on a real port in front of fake upstreams."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from humpyard.clock import Clock, SystemClock
+from humpyard.config import Config, load_config_text
+from humpyard.http.app import create_app
+from humpyard.runtime import Gateway
+from humpyard.store import open_store
+from tests.support.servers import ServerThread
+
+
+@dataclass
+class Running:
+    """A gateway served on loopback: ``url`` is its origin, ``gw`` the live object."""
+
+    url: str
+    gw: Gateway
+    config: Config
+
+    @property
+    def v1(self) -> str:
+        return self.url + "/v1"
+
+    def client(self, **headers: str) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def decisions(self, **params: Any) -> list[dict[str, Any]]:
+        with self.client(**self._auth) as c:
+            r = c.get("/v1/decisions", params=params)
+            r.raise_for_status()
+            return r.json()["decisions"]  # type: ignore[no-any-return]
+
+    _auth: dict[str, str] = None  # type: ignore[assignment]
+
+
+def config_from(text: str, env: Mapping[str, str] | None = None) -> Config:
+    return load_config_text(text, env=dict(env or {}))
+
+
+@contextmanager
+def running_gateway(text: str, *, env: Mapping[str, str] | None = None,
+                    ledger: str | None = ":memory:", clock: Clock | None = None,
+                    rng: random.Random | None = None,
+                    admin_key: str | None = None) -> Iterator[Running]:
+    """Serve ``text`` (a TOML config) on a free loopback port until the block ends."""
+    config = config_from(text, env)
+    store = open_store(ledger, clock or SystemClock()) if ledger is not None else None
+    gw = Gateway(config, store, clock=clock, rng=rng or random.Random(1))
+    app = create_app(config, gateway=gw)
+    with ServerThread(app, lifespan="on") as srv:
+        r = Running(url=srv.url, gw=gw, config=config)
+        r._auth = {"authorization": f"Bearer {admin_key}"} if admin_key else {}
+        yield r
