@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,10 +24,10 @@ from humpyard.executor.walk import Executor
 from humpyard.health.book import HealthBook
 from humpyard.health.breaker import HealthSettings
 from humpyard.health.readiness import ReadinessProber
+from humpyard.latency import LatencyBook, LocalLatency
 from humpyard.ledger.periods import period_key
 from humpyard.metrics import GatewayMetrics, Metrics
 from humpyard.overrides import mark_stale
-from humpyard.planning.order import fold_latency
 from humpyard.planning.policy import RoutingPolicy
 from humpyard.planning.types import EndpointHealth, LatencyFigure, Override, StateSnapshot
 from humpyard.quota.poller import QuotaPoller
@@ -59,6 +60,7 @@ class Gateway:
                  transport: httpx.AsyncBaseTransport | None = None,
                  clock: Clock | None = None, rng: random.Random | None = None,
                  policy: RoutingPolicy | None = None, health: Any = None,
+                 latency: LatencyBook | None = None,
                  writer: BackgroundWriter | None = None):
         self.clock = clock or SystemClock()
         self.rng = rng or random.Random()
@@ -73,7 +75,7 @@ class Gateway:
                                          config.raw.router.probe_timeout_secs)
         self.metrics = GatewayMetrics(Metrics())
         self.policy = policy
-        self.latency: dict[str, LatencyFigure] = {}
+        self.latency_book: LatencyBook = latency or LocalLatency()
         self.route_rngs: dict[str, random.Random] = {}
         self._lock = threading.Lock()
         self._cached: _Cached | None = None
@@ -146,7 +148,7 @@ class Gateway:
                                 cooldown_source=v.cooldown_source)
             for key, v in self.health.snapshot(now).items()
         }
-        return StateSnapshot(health=health, latency=dict(self.latency),
+        return StateSnapshot(health=health, latency=self.latency_book.figures(now),
                              overrides=shared.overrides, spend_usd=shared.spend, taken_at=now)
 
     def add_spend(self, key_id: str, period: str, usd: float) -> None:
@@ -171,12 +173,15 @@ class Gateway:
 
     # -- hooks from the executor -------------------------------------------
 
+    @property
+    def latency(self) -> Mapping[str, LatencyFigure]:
+        """The current latency figure per target."""
+        return self.latency_book.figures(self.clock.now())
+
     def _on_latency(self, target: str, ms: float) -> None:
-        now = self.clock.now()
-        with self._lock:
-            fig = fold_latency(self.latency.get(target), ms, now)
-            self.latency[target] = fig
-        self.metrics.target_latency.set(fig.ms / 1000, target=target)
+        fig = self.latency_book.record(target, ms, self.clock.now())
+        if fig is not None:
+            self.metrics.target_latency.set(fig.ms / 1000, target=target)
 
     def _on_event(self, name: str, **kw: Any) -> None:
         if name == "retry_after_honored":
