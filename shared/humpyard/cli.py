@@ -89,15 +89,13 @@ async def _serve(config_path: str, host: str, port: int) -> None:
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, access_log=False,
                                            log_config=None, timeout_keep_alive=75,
                                            **_uvicorn_extras()))  # type: ignore[arg-type]
-    stop = asyncio.Event()
-    tasks = [asyncio.create_task(gw.run_background(stop))]
+    tasks = []
     if cfg.raw.reload_poll_secs > 0:
         tasks.append(asyncio.create_task(_poll(reloader, gw)))
     log.info("humpyard serving on http://%s:%d (config %s)", host, port, config_path)
     try:
         await server.serve()
     finally:
-        stop.set()
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -38,15 +39,24 @@ def create_app(config: Config, store: Store | None = None, transport:
                rng: random.Random | None = None, gateway: Gateway | None = None) -> Starlette:
     """The gateway app. ``store``, ``transport``, ``clock`` and ``rng`` are the seams.
 
-    The app's lifespan closes the gateway (writer, upstream client, store) on
-    shutdown; in Lambda (lifespan off) the instance keeps them while warm.
+    The app's lifespan runs the gateway's background work (quota polling)
+    and closes it (writer, upstream client, store) on shutdown; in Lambda
+    (lifespan off) the instance keeps them while warm and the scheduled
+    poller function polls instead.
     """
     gw = gateway or Gateway(config, store, transport=transport, clock=clock, rng=rng)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        yield
-        await gw.aclose()
+        stop = asyncio.Event()
+        task = asyncio.create_task(gw.run_background(stop))
+        try:
+            yield
+        finally:
+            stop.set()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await gw.aclose()
 
     routes = [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
