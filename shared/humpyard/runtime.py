@@ -10,6 +10,7 @@ configuration can be swapped atomically (``swap_config``); a request keeps the
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import threading
 from collections.abc import Mapping
@@ -34,6 +35,10 @@ from humpyard.quota.poller import QuotaPoller
 from humpyard.store import Store, open_store
 from humpyard.store.writer import BackgroundWriter
 from humpyard.upstream.client import UpstreamClient
+
+
+log = logging.getLogger("humpyard.runtime")
+RETENTION_EVERY_SECS = 3600.0
 
 
 def health_settings(config: Config) -> HealthSettings:
@@ -112,9 +117,29 @@ class Gateway:
         return 0.0
 
     async def run_background(self, stop: asyncio.Event) -> None:
-        """Background work of a long-lived process: quota polling."""
+        """Background work of a long-lived process: quota polling and retention."""
+        jobs = [self._retention(stop)]
         if self.quota.providers():
-            await self.quota.run(stop)
+            jobs.append(self.quota.run(stop))
+        await asyncio.gather(*jobs)
+
+    def purge_expired(self) -> int:
+        """Delete ledger rows older than ``decision_retention_days``; returns decisions removed."""
+        ledger = self._config.raw.ledger
+        if ledger is None or not self.store.has_ledger:
+            return 0
+        return int(self.store.purge(self.clock.now() - ledger.decision_retention_days * 86400))
+
+    async def _retention(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await asyncio.to_thread(self.purge_expired)
+            except Exception:  # noqa: BLE001 - retention must never stop the gateway
+                log.exception("retention purge failed")
+            try:
+                await asyncio.wait_for(stop.wait(), RETENTION_EVERY_SECS)
+            except TimeoutError:
+                pass
 
     # -- state snapshot ---------------------------------------------------
 

@@ -216,3 +216,17 @@ def test_quota_source_refused_for_plain_http_remote_host():
     with pytest.raises(ConfigError, match="quota_source"):
         load_config_text('[providers.x]\nbase_url = "http://example.com/v1"\n'
                          'quota_source = "opencode-go"\n', env={})
+
+
+def test_retention_purges_old_decisions(ups):
+    from humpyard.clock import FakeClock
+    a, b = ups
+    clock = FakeClock()
+    text = cfg(a.url, b.url, extra="[ledger]\ndecision_retention_days = 1\n")
+    with running_gateway(text, env=ENV, clock=clock, admin_key=OPS_KEY) as gw:
+        send(gw)
+        clock.advance(86400 + 1)
+        send(gw)
+        gw.gw.writer.flush(2)
+        assert gw.gw.purge_expired() == 1
+        assert len(gw.decisions()) == 1
