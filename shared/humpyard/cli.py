@@ -17,6 +17,8 @@ log = logging.getLogger("humpyard")
 
 def _setup_logging(level: str = "INFO") -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # httpx logs every upstream call at INFO; the gateway logs its own line per request.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
