@@ -18,8 +18,9 @@ $(STAMP): pyproject.toml $(VENV)/bin/python
 run: $(STAMP)
 	$(VENV)/bin/humpyard demo --config examples/demo.toml
 
-## test: install what the tests need and run every test
+## test: install what the tests need, lint, and run every test
 test: $(STAMP)
+	$(VENV)/bin/ruff check shared tests
 	$(PY) -m pytest
 
 ## lint: ruff and mypy

@@ -36,7 +36,6 @@ from humpyard.store import Store, open_store
 from humpyard.store.writer import BackgroundWriter
 from humpyard.upstream.client import UpstreamClient
 
-
 log = logging.getLogger("humpyard.runtime")
 RETENTION_EVERY_SECS = 3600.0
 

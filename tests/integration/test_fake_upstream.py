@@ -14,6 +14,8 @@ from collections.abc import Iterator
 import httpx
 import openai
 import pytest
+
+from humpyard.simulate import create_simulator_app
 from tests.support import (
     FakeUpstream,
     ServerThread,
@@ -29,8 +31,6 @@ from tests.support import (
     stream_then_stall,
     tool_call,
 )
-
-from humpyard.simulate import create_simulator_app
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 STREAM = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}

@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway import running_gateway
-from tests.support.steps import ok, status
+from tests.support.steps import status
 
 PROVIDER_KEY = "sk-provider-SECRET-123"
 CLIENT_KEY = "client-SECRET-456"

@@ -8,6 +8,7 @@ is encoded back into Anthropic's shapes. Errors use Anthropic's error body.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 
 from starlette.requests import Request
@@ -22,25 +23,58 @@ from humpyard.http.chat import record_refusal, route_headers
 from humpyard.http.errors import error_response, internal_error, json_response
 from humpyard.keys import authenticate
 from humpyard.planning.estimate import estimate_prompt_tokens
-from humpyard.protocols.anthropic import decode_request, encode_response
+from humpyard.protocols.anthropic import decode_request, encode_response, error_body
 from humpyard.protocols.anthropic_stream import StreamTranslator, encode_event
 from humpyard.protocols.openai import validate_chat
 from humpyard.runtime import Gateway
 
+log = logging.getLogger("humpyard.http")
+
 
 async def _translate(served: Served, translator: StreamTranslator) -> AsyncIterator[bytes]:
-    assert served.events is not None
-    async for ev in served.events:
-        if ev.data == "[DONE]":
-            continue
-        try:
-            chunk = json.loads(ev.data)
-        except ValueError:
-            continue
-        for name, data in translator.feed(chunk):
-            yield encode_event(name, data)
+    """Upstream SSE → Anthropic events.
+
+    An upstream error event, or a stream that breaks, after the first content
+    (hold-back rules out earlier ones) ends the client's stream with
+    Anthropic's ``error`` event instead of ``message_stop``, so the client
+    knows the answer is incomplete. The upstream stream is always closed.
+    """
+    events = served.events
+    assert events is not None
+    failure: str | None = None
+    try:
+        async for ev in events:
+            if ev.data == "[DONE]":
+                continue
+            try:
+                chunk = json.loads(ev.data)
+            except ValueError:
+                continue
+            if not isinstance(chunk, dict):
+                continue
+            if "error" in chunk and not chunk.get("choices"):
+                failure = f"upstream stream error: {_error_text(chunk['error'])}"
+                break
+            for name, data in translator.feed(chunk):
+                yield encode_event(name, data)
+    except Exception as e:  # noqa: BLE001 - the stream broke; the decision records why
+        log.warning("anthropic stream broke after content: %s", e)
+        failure = "the upstream stream broke after the answer started; it is incomplete"
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    if failure is not None:
+        yield encode_event("error", error_body(502, failure))
+        return
     for name, data in translator.finish():
         yield encode_event(name, data)
+
+
+def _error_text(error: object) -> str:
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error["message"])
+    return str(error)
 
 
 async def messages(request: Request) -> Response:
@@ -70,6 +104,7 @@ async def messages(request: Request) -> Response:
     if served.events is not None:
         translator = StreamTranslator(model, "msg_" + rid[4:], stops)
         out_headers["cache-control"] = "no-cache"
+        out_headers["x-accel-buffering"] = "no"
         return StreamingResponse(_translate(served, translator),
                                  media_type="text/event-stream", headers=out_headers)
     assert served.body is not None

@@ -3,6 +3,7 @@ import logging
 from decimal import Decimal
 
 import pytest
+
 from humpyard.clock import FakeClock
 from humpyard.health.book import HealthBook, HealthState, endpoint_key
 from humpyard.health.breaker import (

@@ -1,6 +1,7 @@
 import json
 
 import pytest
+
 from humpyard.upstream.classify import (
     ALL_CLASSES,
     DEFAULT_FALLBACK,

@@ -3,6 +3,7 @@ from collections.abc import Awaitable, Callable
 
 import httpx
 import pytest
+
 from humpyard.clock import FakeClock
 from humpyard.health.readiness import ReadinessProber, probe_url
 

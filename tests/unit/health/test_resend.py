@@ -2,6 +2,7 @@ import itertools
 import random
 
 import pytest
+
 from humpyard.upstream.resend import ladder_delays
 
 RUNGS = [0.25, 0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0]

@@ -4,6 +4,7 @@ from email.utils import format_datetime
 
 import httpx
 import pytest
+
 from humpyard.health.retry_after import parse_retry_after
 
 NOW = 1_800_000_000.0

@@ -8,6 +8,7 @@ import anthropic
 import pytest
 from anthropic.types import Message
 from anthropic.types.shared import ErrorResponse
+
 from humpyard.errors import RequestError
 from humpyard.protocols.anthropic import (
     MAX_TOKENS_LIMIT,

@@ -8,6 +8,7 @@ import anthropic
 import pydantic
 import pytest
 from anthropic.types import RawMessageStreamEvent
+
 from humpyard.protocols.anthropic_stream import StreamTranslator, encode_event
 from humpyard.protocols.sse import SSEDecoder
 
