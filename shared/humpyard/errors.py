@@ -30,6 +30,7 @@ class HumpyardError(Exception):
     status: int = 500
     code: str = "internal_error"
     type: str = "api_error"
+    retry_after: float | None = None  # seconds; sent as a Retry-After header when set
 
     def __init__(self, message: str, *, status: int | None = None, code: str | None = None):
         super().__init__(message)

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from humpyard.config.spec import Config, KeySpec
-from humpyard.errors import ForbiddenError, HumpyardError, UpstreamError
+from humpyard.errors import BudgetExhausted, ForbiddenError, HumpyardError, UpstreamError
 from humpyard.executor.records import Attempt, Served
 from humpyard.ledger.decision import build_decision
-from humpyard.ledger.periods import period_key
+from humpyard.ledger.periods import period_key, seconds_left
 from humpyard.planning.estimate import estimate_prompt_tokens, request_traits
 from humpyard.planning.plan import plan as make_plan
 from humpyard.planning.types import Plan, RequestFacts
@@ -85,6 +85,8 @@ async def serve(gw: Gateway, call: Call) -> Served:
                                        stream=facts.stream,
                                        wanted_usage=_wants_usage(call.body))
     except HumpyardError as e:
+        if isinstance(e, BudgetExhausted) and call.key and call.key.budget:
+            e.retry_after = seconds_left(call.key.budget.period, call.ts)
         call.plan = call.plan or getattr(e, "plan", None)
         call.attempts = getattr(e, "attempts", call.attempts)
         _blocked(gw, call, e)

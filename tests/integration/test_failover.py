@@ -170,7 +170,16 @@ def test_fallback_on_taken_as_written(ups):
         r = chat(gw.url)
     assert r.status_code == 429
     assert r.json()["error"]["message"] == "slow down"
+    assert "retry-after" not in r.headers  # the upstream stated no time
     assert b.requests == []
+
+
+def test_last_stated_retry_time_is_passed_to_the_client(ups):
+    a, b, _ = ups
+    a.script(status(429, {"error": {"message": "Please try again in 7.2s"}}))
+    with running_gateway(two_targets(a.url, b.url, route_extra="fallback_on = []")) as gw:
+        r = chat(gw.url)
+    assert r.status_code == 429 and r.headers["retry-after"] == "8"
 
 
 def test_fallback_on_empty_turns_target_fallback_off(ups):
@@ -229,18 +238,30 @@ def test_stream_broken_after_first_content_does_not_fail_over(ups):
     a, b, _ = ups
     a.script(stream_then_fail(["partial "]))
     with running_gateway(two_targets(a.url, b.url)) as gw:
-        got = []
         with httpx.Client(timeout=10) as c, c.stream(
                 "POST", gw.url + "/v1/chat/completions",
                 json={"model": "r", "messages": MSG, "stream": True}) as resp:
             assert resp.status_code == 200
-            with pytest.raises(httpx.HTTPError):
-                for line in resp.iter_lines():
-                    got.append(line)
+            got = [line for line in resp.iter_lines() if line]
         assert any("partial" in line for line in got)
+        # the stream ends with an error event the SDKs raise on, not a silent cut
+        assert '"code": "stream_broken"' in got[-1] or '"code":"stream_broken"' in got[-1]
         assert b.requests == []
         [d] = gw.decisions()
         assert d["outcome"] == "stream_broken"
+
+
+def test_upstream_error_event_after_content_is_recorded_as_broken(ups):
+    a, b, _ = ups
+    a.script(stream_error("upstream error mid-stream", after=["fine so far "]))
+    with running_gateway(two_targets(a.url, b.url)) as gw:
+        client = openai.OpenAI(base_url=gw.v1, api_key="unused")
+        stream = client.chat.completions.create(model="r", messages=MSG, stream=True)
+        with pytest.raises(openai.APIError, match="mid-stream"):
+            for _ in stream:
+                pass
+        [d] = gw.decisions()
+        assert d["outcome"] == "stream_broken" and "mid-stream" in d["error"]
 
 
 def test_usage_chunk_not_sent_unless_asked(ups):

@@ -74,7 +74,7 @@ def test_disable_target_moves_traffic_and_expires(ups):
         assert ov["expires_at"] - ov["created_at"] == 120
         r = chat(gw)
         assert r.headers["x-humpyard-target"] == "second"
-        d = gw.decisions(limit=1)[0]
+        [d] = [x for x in gw.decisions() if x["request_id"] == r.headers["x-humpyard-request-id"]]
         assert d["overrides"] == [{"id": ov["id"], "target": "first",
                                    "reason": d["overrides"][0]["reason"]}]
         with gw.client(authorization="Bearer ops-secret") as c:

@@ -152,3 +152,4 @@ def test_budget_exhausts_then_degrades_to_free_then_refuses():
             r = send(gw, "dev-secret", {"model": "r"})
             assert r.status_code == 429
             assert r.json()["error"]["code"] == "budget_exhausted"
+            assert 0 < int(r.headers["retry-after"]) <= 86400  # when the day's budget resets

@@ -238,6 +238,7 @@ class StreamError(Step):
 
     message: str = "upstream error mid-stream"
     type: str = "server_error"
+    after: tuple[str, ...] = ()  # content chunks sent before the error event
 
     async def respond(self, ex: Exchange) -> bool:
         error = {"error": {"message": self.message, "type": self.type, "code": None}}
@@ -245,7 +246,10 @@ class StreamError(Step):
             await ex.send(200, json.dumps(error).encode(), "application/json")
             return True
         await ex.start_stream()
-        await ex.event(ex.chunks().role())
+        chunks = ex.chunks()
+        await ex.event(chunks.role())
+        for text in self.after:
+            await ex.event(chunks.content(text))
         await ex.event(error)
         await ex.end_stream()
         return True
@@ -333,9 +337,9 @@ def fail_before_content() -> FailBeforeContent:
 
 
 def stream_error(message: str = "upstream error mid-stream",
-                 type: str = "server_error") -> StreamError:
-    """A 200 stream whose first event after the role chunk is an error object."""
-    return StreamError(message, type)
+                 type: str = "server_error", *, after: Sequence[str] = ()) -> StreamError:
+    """A 200 stream with an error object after the role chunk (and ``after`` content)."""
+    return StreamError(message, type, tuple(after))
 
 
 def delay(seconds: float, then: Step | None = None) -> Delay:

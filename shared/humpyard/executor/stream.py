@@ -14,6 +14,7 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from humpyard.errors import UpstreamError
 from humpyard.protocols.sse import SSEDecoder, SSEEvent
 from humpyard.upstream.client import UpstreamResponse
 
@@ -89,16 +90,23 @@ def _finished(ev: SSEEvent) -> bool:
 
 async def _relay(held: list[SSEEvent], raw: AsyncIterator[bytes], decoder: SSEDecoder,
                  usage: dict[str, int], wanted_usage: bool) -> AsyncIterator[SSEEvent]:
+    """The held events, then the rest; an upstream error event after the first
+    content raises ``UpstreamError`` (code ``stream_broken``) instead of passing on."""
     for ev in held:
         yield ev
     async for chunk in raw:
         for ev in decoder.feed(chunk):
-            if '"usage"' in ev.data:
+            if '"usage"' in ev.data or '"error"' in ev.data:
                 try:
                     obj = json.loads(ev.data)
                 except ValueError:
                     obj = None
                 if isinstance(obj, dict):
+                    if "error" in obj and not obj.get("choices"):
+                        err = obj["error"]
+                        msg = err.get("message") if isinstance(err, dict) else str(err)
+                        raise UpstreamError(f"upstream stream error: {msg}", status=502,
+                                            code="stream_broken")
                     _usage_of(obj, usage)
                     if not wanted_usage and not obj.get("choices"):
                         continue

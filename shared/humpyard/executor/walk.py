@@ -285,6 +285,7 @@ class Executor:
     def _error(last: Failure, attempts: list[Attempt]) -> UpstreamError:
         err = UpstreamError(last.message, status=last.status,
                             code="upstream_error", failure_class=last.failure_class)
+        err.retry_after = last.retry_after
         err.attempts = attempts  # type: ignore[attr-defined]
         return err
 

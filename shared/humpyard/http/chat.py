@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import AsyncIterator
 
 from starlette.requests import Request
@@ -13,8 +15,11 @@ from humpyard.flow import Call, finish, new_request_id, serve
 from humpyard.http.body import lower_headers, read_json
 from humpyard.http.errors import error_response, internal_error, json_response
 from humpyard.keys import authenticate
+from humpyard.protocols import sse
 from humpyard.protocols.openai import validate_chat
 from humpyard.runtime import Gateway
+
+log = logging.getLogger("humpyard.http")
 
 
 def route_headers(call: Call | None, served: Served | None, request_id: str) -> dict[str, str]:
@@ -39,10 +44,24 @@ def record_refusal(gw: Gateway, request_id: str, headers: dict[str, str], body: 
     finish(gw, call, status=err.status, error=err)
 
 
+BROKEN = "the upstream stream broke after the answer started; it is incomplete"
+
+
 async def sse_bytes(served: Served) -> AsyncIterator[bytes]:
-    assert served.events is not None
-    async for ev in served.events:
-        yield ev.raw
+    """The upstream events as they came. A failure after the first content cannot
+    fail over: the stream ends with an OpenAI-style error event instead."""
+    events = served.events
+    assert events is not None
+    try:
+        async for ev in events:
+            yield ev.raw
+    except HumpyardError as e:
+        yield sse.encode(json.dumps({"error": {"message": e.message, "type": "api_error",
+                                               "code": e.code}}))
+    except Exception as e:  # noqa: BLE001 - a transport failure mid-stream
+        log.warning("stream broke after content: %s", type(e).__name__)
+        yield sse.encode(json.dumps({"error": {"message": BROKEN, "type": "api_error",
+                                               "code": "stream_broken"}}))
 
 
 async def chat_completions(request: Request) -> Response:

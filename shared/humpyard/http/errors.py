@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 
 from starlette.responses import Response
 
@@ -22,6 +23,8 @@ def json_response(data: object, status: int = 200, headers: dict[str, str] | Non
 def error_response(err: HumpyardError, *, anthropic: bool = False,
                    headers: dict[str, str] | None = None) -> Response:
     """``err`` as an OpenAI (default) or Anthropic error body with its status."""
+    if err.retry_after is not None and err.retry_after > 0:
+        headers = {**(headers or {}), "retry-after": str(max(1, math.ceil(err.retry_after)))}
     if anthropic:
         body = anthropic_error_body(err.status, err.message)
     else:

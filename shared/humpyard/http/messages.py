@@ -52,11 +52,10 @@ async def _translate(served: Served, translator: StreamTranslator) -> AsyncItera
                 continue
             if not isinstance(chunk, dict):
                 continue
-            if "error" in chunk and not chunk.get("choices"):
-                failure = f"upstream stream error: {_error_text(chunk['error'])}"
-                break
             for name, data in translator.feed(chunk):
                 yield encode_event(name, data)
+    except HumpyardError as e:  # an upstream error event after the first content
+        failure = e.message
     except Exception as e:  # noqa: BLE001 - the stream broke; the decision records why
         log.warning("anthropic stream broke after content: %s", e)
         failure = "the upstream stream broke after the answer started; it is incomplete"
@@ -69,12 +68,6 @@ async def _translate(served: Served, translator: StreamTranslator) -> AsyncItera
         return
     for name, data in translator.finish():
         yield encode_event(name, data)
-
-
-def _error_text(error: object) -> str:
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return str(error["message"])
-    return str(error)
 
 
 async def messages(request: Request) -> Response:

@@ -7,7 +7,7 @@ by, so a new period starts from zero without anything being reset.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 PERIODS = ("day", "month")
 
@@ -23,3 +23,18 @@ def period_key(period: str, now: float) -> str:
     if period == "month":
         return f"month:{moment:%Y-%m}"
     raise ValueError(f"budget period must be one of {', '.join(PERIODS)}, not {period!r}")
+
+
+def seconds_left(period: str, now: float) -> float:
+    """Seconds from ``now`` until the ``period`` holding it ends (UTC)."""
+    moment = datetime.fromtimestamp(now, tz=UTC)
+    start = moment.replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "day":
+        end = start + timedelta(days=1)
+    elif period == "month":
+        start = start.replace(day=1)
+        end = start.replace(year=start.year + (start.month == 12),
+                            month=start.month % 12 + 1)
+    else:
+        raise ValueError(f"budget period must be one of {', '.join(PERIODS)}, not {period!r}")
+    return (end - moment).total_seconds()
