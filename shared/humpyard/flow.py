@@ -18,6 +18,7 @@ from typing import Any
 from humpyard.config.spec import Config, KeySpec
 from humpyard.errors import BudgetExhausted, ForbiddenError, HumpyardError, UpstreamError
 from humpyard.executor.records import Attempt, Served
+from humpyard.executor.tiered import run_tiered
 from humpyard.ledger.decision import build_decision
 from humpyard.ledger.periods import period_key, seconds_left
 from humpyard.planning.estimate import estimate_prompt_tokens, request_traits
@@ -81,9 +82,14 @@ async def serve(gw: Gateway, call: Call) -> Served:
         call.plan = make_plan(facts, snapshot, call.config, call.ts, rng, policy=gw.policy,
                               route_rngs=gw.route_rngs)
         _count_removals(gw, call.plan)
-        served = await gw.executor.run(call.plan, call.config, call.body,
-                                       stream=facts.stream,
-                                       wanted_usage=_wants_usage(call.body))
+        if call.plan.tiers:
+            served = await run_tiered(gw.tiered, gw.executor, call.plan, call.config, call.body,
+                                      facts.headers, facts.session_id, stream=facts.stream,
+                                      wanted_usage=_wants_usage(call.body))
+        else:
+            served = await gw.executor.run(call.plan, call.config, call.body,
+                                           stream=facts.stream,
+                                           wanted_usage=_wants_usage(call.body))
     except HumpyardError as e:
         if isinstance(e, BudgetExhausted) and call.key and call.key.budget:
             e.retry_after = seconds_left(call.key.budget.period, call.ts)

@@ -86,6 +86,7 @@ class Gateway:
         self.quota = QuotaPoller(config, self.store, self.clock, self.client.http,
                                  metrics=self.metrics, cost_since=self._provider_cost_since)
         self._forbid_secrets(config)
+        self._tiered: Any = None
         self.executor = Executor(self.client, self.health, self.readiness, self.clock,
                                  self.rng, on_latency=self._on_latency, on_event=self._on_event)
 
@@ -101,6 +102,8 @@ class Gateway:
         self.readiness.interval_secs = config.raw.router.probe_interval_secs
         self.readiness.timeout_secs = config.raw.router.probe_timeout_secs
         self.route_rngs = {k: v for k, v in self.route_rngs.items() if k in config.routes}
+        if self._tiered is not None:
+            self._tiered.forget_routes(set(config.routes))
         self.quota.reload(config)
         self._forbid_secrets(config)
         self.invalidate()
@@ -181,6 +184,14 @@ class Gateway:
         if cached is not None:
             cached.spend[key_id] = cached.spend.get(key_id, 0.0) + usd
         self.writer.submit("add_spend", key_id, period, usd)
+
+    @property
+    def tiered(self) -> Any:
+        """The Switchyard adapter, built (and Switchyard imported) on first use."""
+        if self._tiered is None:
+            from humpyard.routing.switchyard import TieredRouter
+            self._tiered = TieredRouter()
+        return self._tiered
 
     def refresh_gauges(self) -> None:
         """Point-in-time gauges (overrides) before metrics are read."""

@@ -24,6 +24,7 @@ class Attempt:
     error: str | None = None
     skipped: str | None = None  # skipped_unavailable | cold | probe_in_flight
     resend: bool = False
+    purpose: str | None = None  # judge | efficient on Switchyard routes' inner calls
 
     def to_dict(self) -> dict[str, Any]:
         d = {"target": self.target, "provider": self.provider, "model": self.model,
@@ -38,6 +39,8 @@ class Attempt:
             d["skipped"] = self.skipped
         if self.resend:
             d["resend"] = True
+        if self.purpose:
+            d["purpose"] = self.purpose
         return d
 
 

@@ -60,3 +60,29 @@ def validate_chat(body: Any) -> dict[str, Any]:
                               or not 0 <= v <= 100):
             raise RequestError(f"{name}: must be a number from 0 to 100, got {v!r}")
     return body
+
+
+def completion_to_chunks(completion: dict[str, Any]) -> list[dict[str, Any]]:
+    """A buffered chat completion as the stream chunks that would have produced it.
+
+    Used when an answer had to be complete before it could be sent (a judge
+    rated it) but the client asked for a stream.
+    """
+    base = {"id": completion.get("id", "chatcmpl-humpyard"), "object": "chat.completion.chunk",
+            "created": completion.get("created", 0), "model": completion.get("model", "")}
+    chunks: list[dict[str, Any]] = []
+    for choice in completion.get("choices") or []:
+        msg = choice.get("message") or {}
+        delta: dict[str, Any] = {"role": "assistant"}
+        if msg.get("content"):
+            delta["content"] = msg["content"]
+        if msg.get("tool_calls"):
+            delta["tool_calls"] = [{"index": i, **tc} for i, tc in enumerate(msg["tool_calls"])]
+        idx = choice.get("index", 0)
+        chunks.append({**base, "choices": [{"index": idx, "delta": delta,
+                                            "finish_reason": None}]})
+        chunks.append({**base, "choices": [{"index": idx, "delta": {},
+                                            "finish_reason": choice.get("finish_reason")}]})
+    if completion.get("usage"):
+        chunks.append({**base, "choices": [], "usage": completion["usage"]})
+    return chunks

@@ -5,11 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
+import yaml  # noqa: E402
 
 from humpyard.metrics import GatewayMetrics, Metrics
-
-yaml = pytest.importorskip("yaml")
 
 RULES = Path(__file__).resolve().parents[3] / "infra" / "prometheus" / "humpyard-rules.yml"
 
