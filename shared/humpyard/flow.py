@@ -21,7 +21,7 @@ from humpyard.executor.records import Attempt, Served
 from humpyard.executor.tiered import run_tiered
 from humpyard.ledger.decision import build_decision
 from humpyard.ledger.periods import period_key, seconds_left
-from humpyard.planning.estimate import estimate_prompt_tokens, request_traits
+from humpyard.planning.estimate import analyse_request
 from humpyard.planning.plan import plan as make_plan
 from humpyard.planning.types import Plan, RequestFacts
 from humpyard.protocols.sse import SSEEvent
@@ -61,13 +61,13 @@ def facts_for(call: Call) -> RequestFacts:
     """The planner's view of the request; credential headers are dropped here."""
     body = call.body
     headers = {k: v for k, v in call.headers.items() if k not in CREDENTIAL_HEADERS}
-    high, low = estimate_prompt_tokens(body)
-    tools, images = request_traits(body)
+    shape = analyse_request(body)
     sub = headers.get("x-humpyard-subagent") or headers.get("x-switchyard-subagent") or ""
     return RequestFacts(
         model=body["model"], key_id=call.key.id if call.key else None, headers=headers,
-        stream=bool(body.get("stream")), tools=tools, images=images,
-        subagent=sub.strip().lower() in TRUE, prompt_tokens=high, prompt_tokens_low=low,
+        stream=bool(body.get("stream")), tools=shape.tools, images=shape.images,
+        subagent=sub.strip().lower() in TRUE, prompt_tokens=shape.high,
+        prompt_tokens_low=shape.low,
         session_id=session_id(headers))
 
 
