@@ -28,7 +28,11 @@ class LatencyBook(Protocol):
 
 
 class LocalLatency:
-    """In-memory figures, the newest sample weighing 0.3. A restart starts empty."""
+    """In-memory figures, the newest sample weighing 0.3. A restart starts empty.
+
+    The mapping ``figures`` returns is never mutated: each new sample replaces
+    it (copy on write), so a planner may cache work keyed on that object.
+    """
 
     def __init__(self) -> None:
         self._figs: dict[str, LatencyFigure] = {}
@@ -37,7 +41,7 @@ class LocalLatency:
     def record(self, target: str, ms: float, now: float) -> LatencyFigure:
         with self._lock:
             fig = fold_latency(self._figs.get(target), ms, now)
-            self._figs[target] = fig
+            self._figs = {**self._figs, target: fig}
         return fig
 
     def figures(self, now: float) -> Mapping[str, LatencyFigure]:
