@@ -18,8 +18,15 @@ $(STAMP): pyproject.toml $(VENV)/bin/python
 run: $(STAMP)
 	$(VENV)/bin/humpyard demo --config examples/demo.toml
 
+# The console's browser tests drive Debian's Chromium (never a downloaded browser).
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	@if [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	else echo "the UI tests need Chromium: sudo apt-get install chromium" >&2; exit 1; fi
+
 ## test: install what the tests need, lint, and run every test
-test: $(STAMP)
+test: $(STAMP) $(CHROMIUM)
 	$(VENV)/bin/ruff check shared tests
 	$(PY) -m pytest
 

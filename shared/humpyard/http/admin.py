@@ -180,6 +180,7 @@ def routes() -> list[Route]:
     from humpyard.http import messages as messages_mod
     from humpyard.http import overrides as overrides_mod
     from humpyard.http import quota as quota_mod
+    from humpyard.http import ui as ui_mod
     return [
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/health", health, methods=["GET"]),
@@ -192,4 +193,5 @@ def routes() -> list[Route]:
         *explain_mod.routes(guarded),
         *quota_mod.routes(guarded),
         *messages_mod.routes(),
+        *ui_mod.routes(),  # the page loads without a key; its API calls send one
     ]
