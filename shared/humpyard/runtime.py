@@ -97,7 +97,7 @@ class Gateway:
     def swap_config(self, config: Config) -> None:
         """Serve ``config`` from the next request on; health and latency carry over."""
         self._config = config
-        if isinstance(self.health, HealthBook):
+        if hasattr(self.health, "settings"):  # HealthBook and SharedHealth
             self.health.settings = health_settings(config)
         self.readiness.interval_secs = config.raw.router.probe_interval_secs
         self.readiness.timeout_secs = config.raw.router.probe_timeout_secs

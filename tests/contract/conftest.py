@@ -16,6 +16,7 @@ import pytest
 
 from humpyard.clock import FakeClock
 from humpyard.store import MemoryStore, SQLiteStore, Store
+from tests.unit.aws.moto_support import dynamodb_store
 
 
 @contextmanager
@@ -41,6 +42,7 @@ StoreFactory = Callable[[Path, FakeClock], AbstractContextManager[Store]]
 STORE_FACTORIES: dict[str, StoreFactory] = {
     "memory": memory_store,
     "sqlite": sqlite_store,
+    "dynamodb": dynamodb_store,  # moto in-process
 }
 
 

@@ -1,0 +1,173 @@
+"""``SharedHealth``: the ``HealthState`` every instance shares, kept in a ``LiveStateStore``.
+
+Reads come from this instance's snapshot of every breaker, re-read with
+one ``get_breakers`` at most every ``refresh_secs``, so a warm request costs
+no store read. Transitions are written at once with compare-and-set on
+``BreakerState.version``: the transition is applied to the state this
+instance knows and written only if the store still holds that version. A
+writer that loses gets the stored state back with the refusal, re-applies
+its transition to it and tries again (``max_attempts`` in all), so no
+transition is lost and cooldowns only grow (the pure transitions take the
+later deadline). A transition that changes nothing writes nothing.
+
+The half-open probe lease is part of the state, so the conditional write
+decides the probe: of several instances asking at once, exactly one write
+succeeds and the others, re-applying ``try_acquire_probe`` to the winner's
+state, see the lease and are refused.
+
+Consistency: another instance's transition is seen here within one refresh.
+If the store fails (``StoreError``) the transition is applied to this
+instance's snapshot alone and a warning is logged: the gateway keeps
+serving, with health local to the instance until the store answers again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from humpyard.clock import Clock
+from humpyard.errors import StoreError
+from humpyard.health.breaker import (
+    BreakerState,
+    EndpointView,
+    HealthSettings,
+    record_failure,
+    record_success,
+    release_probe,
+    try_acquire_probe,
+    view,
+)
+from humpyard.store.base import LiveStateStore
+
+logger = logging.getLogger("humpyard.health")
+
+Transition = Callable[[BreakerState], tuple[bool, BreakerState]]
+
+
+class SharedHealth:
+    """``HealthState`` on a shared store (DynamoDB in Lambda), seen by every instance.
+
+    ``settings`` may be replaced on a configuration reload. Safe to share
+    between threads: the snapshot is swapped under a lock, and concurrent
+    transitions in one instance race through the same compare-and-set as
+    those of different instances.
+    """
+
+    def __init__(self, store: LiveStateStore, settings: HealthSettings, clock: Clock,
+                 refresh_secs: float, *, max_attempts: int = 5) -> None:
+        self.settings = settings
+        self._store = store
+        self._clock = clock
+        self._refresh_secs = max(0.0, refresh_secs)
+        self._max_attempts = max(1, max_attempts)
+        self._lock = threading.Lock()
+        self._states: dict[str, BreakerState] = {}
+        self._stored: set[str] = set()  # keys known to exist in the store
+        self._read_at: float | None = None
+
+    # -- reads ---------------------------------------------------------------------
+
+    def _snapshot(self) -> dict[str, BreakerState]:
+        """The breakers as of the last refresh, re-read when ``refresh_secs`` have passed."""
+        mono = self._clock.monotonic()
+        with self._lock:
+            fresh = self._read_at is not None and mono - self._read_at < self._refresh_secs
+            if fresh:
+                return self._states
+            self._read_at = mono  # one reader per refresh; the others use the old snapshot
+        try:
+            raw = self._store.get_breakers()
+            states = {k: BreakerState.from_dict(v) for k, v in raw.items()}
+        except (StoreError, ValueError) as exc:
+            logger.warning("breaker refresh failed; using the last snapshot: %s", exc)
+            return self._states
+        with self._lock:
+            self._states, self._stored = states, set(states)
+            return self._states
+
+    def get(self, key: str) -> BreakerState:
+        """The endpoint's state as of the last refresh; never-seen is ``BreakerState()``."""
+        return self._snapshot().get(key, BreakerState())
+
+    def view(self, key: str, now: float) -> EndpointView:
+        """The endpoint as ``snapshot`` would show it."""
+        return view(self.get(key), self.settings, now)
+
+    def snapshot(self, now: float) -> dict[str, EndpointView]:
+        """Every endpoint with recorded state, as it looks at ``now``."""
+        return {k: view(s, self.settings, now) for k, s in self._snapshot().items()}
+
+    # -- transitions -----------------------------------------------------------------
+
+    def record_failure(
+        self, key: str, now: float, retry_after: float | None = None
+    ) -> BreakerState:
+        """Record a counted failure; ``retry_after`` is a stated time in seconds, unclamped."""
+        old, new, _ = self._apply(
+            key, lambda s: (True, record_failure(s, self.settings, now, retry_after)))
+        if new.open_until > old.open_until:
+            cooldown = new.open_until - now
+            logger.warning(
+                "endpoint is failing; skipping it for the cooldown "
+                "endpoint=%s cooldown_secs=%.3f source=%s consecutive_failures=%d",
+                key, cooldown, new.cooldown_source, new.consecutive_failures,
+                extra={"endpoint": key, "cooldown_secs": cooldown,
+                       "cooldown_source": new.cooldown_source},
+            )
+        return new
+
+    def record_success(self, key: str, now: float) -> BreakerState:
+        """Record an answered call; closes the breaker (no write when already closed)."""
+        old, new, _ = self._apply(key, lambda s: (True, record_success(s, self.settings, now)))
+        if old.open_until != 0 and new.open_until == 0:
+            logger.info("endpoint recovered endpoint=%s", key, extra={"endpoint": key})
+        return new
+
+    def try_acquire_probe(self, key: str, now: float) -> bool:
+        """True for a closed endpoint, and for exactly one caller (of all instances) of a
+        half-open one."""
+        _, _, won = self._apply(key, lambda s: try_acquire_probe(s, self.settings, now))
+        return won
+
+    def release_probe(self, key: str, now: float) -> BreakerState:
+        """Give a won probe back without a verdict."""
+        return self._apply(key, lambda s: (True, release_probe(s, self.settings, now)))[1]
+
+    def _apply(self, key: str, step: Transition) -> tuple[BreakerState, BreakerState, bool]:
+        """Apply ``step`` with compare-and-set; ``(state it applied to, result, verdict)``."""
+        states = self._snapshot()
+        with self._lock:
+            old = states.get(key, BreakerState())
+            expected = old.version if key in self._stored else None
+        for _ in range(self._max_attempts):
+            verdict, new = step(old)
+            if new is old:
+                return old, old, verdict
+            try:
+                ok, current = self._store.put_breaker(key, new.to_dict(), expected)
+            except (StoreError, ValueError) as exc:
+                logger.warning("breaker write failed; keeping it in this instance only "
+                               "endpoint=%s: %s", key, exc, extra={"endpoint": key})
+                self._remember(key, new, stored=key in self._stored)
+                return old, new, verdict
+            if ok:
+                self._remember(key, new, stored=True)
+                return old, new, verdict
+            old = BreakerState() if current is None else BreakerState.from_dict(current)
+            expected = None if current is None else old.version
+            self._remember(key, old, stored=current is not None)
+        logger.warning("breaker write kept losing to other instances endpoint=%s attempts=%d",
+                       key, self._max_attempts, extra={"endpoint": key})
+        return old, old, False
+
+    def _remember(self, key: str, state: BreakerState, *, stored: bool) -> None:
+        with self._lock:
+            states = dict(self._states)
+            states[key] = state
+            self._states = states
+            if stored:
+                self._stored.add(key)
+            else:
+                self._stored.discard(key)

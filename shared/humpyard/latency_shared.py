@@ -1,0 +1,165 @@
+"""``SharedLatency``: latency figures every instance shares, through time buckets in the store.
+
+``record`` only adds to this instance's pending totals (count and total
+milliseconds per target and bucket). When ``flush_secs`` have passed since
+the last flush, the ``record`` call that notices flushes them with one
+``add_latency`` per bucket (an atomic ``ADD``): on the request path, because
+a Lambda instance is frozen between requests and a background thread would
+not run. So a request costs no write, and an instance writes at most once
+per ``flush_secs``. Samples still pending when an instance is reaped are
+lost (at most ``flush_secs`` worth); call ``flush`` on shutdown.
+
+``figures`` folds, per target, the bucket means of the last
+``max_age_secs`` in time order with the newest weighing 0.3 (as
+``planning.order.fold_latency`` folds single samples), ``samples`` being the
+total count and ``updated_at`` the end of the newest bucket. The shared
+buckets are re-read at most every ``refresh_secs``; this instance's pending
+samples are merged in, so its own answers count at once. Another
+instance's samples are seen within one flush plus one refresh.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+
+from humpyard.clock import Clock
+from humpyard.errors import StoreError
+from humpyard.planning.order import SMOOTHING
+from humpyard.planning.types import LatencyFigure
+from humpyard.store.base import LiveStateStore
+
+logger = logging.getLogger("humpyard.latency")
+
+Buckets = dict[str, dict[int, tuple[int, float]]]  # target -> bucket -> (count, total_ms)
+
+
+class SharedLatency:
+    """``LatencyBook`` on a shared store; safe to share between threads."""
+
+    def __init__(self, store: LiveStateStore, clock: Clock, *, flush_secs: float = 5.0,
+                 refresh_secs: float = 1.0, bucket_secs: int = 60,
+                 max_age_secs: float = 600) -> None:
+        if bucket_secs <= 0 or max_age_secs <= 0:
+            raise ValueError("bucket_secs and max_age_secs must be > 0")
+        self._store = store
+        self._clock = clock
+        self._flush_secs = flush_secs
+        self._refresh_secs = refresh_secs
+        self._bucket_secs = int(bucket_secs)
+        self._max_age_secs = max_age_secs
+        self._lock = threading.Lock()
+        self._pending: Buckets = {}
+        self._shared: Buckets = {}
+        self._flushed_at = clock.monotonic()
+        self._read_at: float | None = None
+        self._figures: dict[str, LatencyFigure] | None = None  # None: data changed since
+        self._figures_from = 0  # the oldest bucket the cached figures cover
+
+    def record(self, target: str, ms: float, now: float) -> LatencyFigure | None:
+        """Count one answered attempt; flush when due. Returns the target's figure as now known."""
+        bucket = int(now // self._bucket_secs)
+        with self._lock:
+            cell = self._pending.setdefault(target, {})
+            count, total = cell.get(bucket, (0, 0.0))
+            cell[bucket] = (count + 1, total + float(ms))
+            self._figures = None
+            due = self._clock.monotonic() - self._flushed_at >= self._flush_secs
+        if due:
+            self.flush()
+        with self._lock:
+            return _fold(self._merged_locked(target), self._bucket_secs, self._oldest(now))
+
+    def flush(self) -> None:
+        """Write the pending samples to the store now (one ``add_latency`` per bucket).
+
+        On failure the samples stay pending for the next flush and a warning
+        is logged; a flush never raises.
+        """
+        with self._lock:
+            pending, self._pending = self._pending, {}
+            self._flushed_at = self._clock.monotonic()
+        by_bucket: dict[int, dict[str, tuple[int, float]]] = {}
+        for target, cells in pending.items():
+            for bucket, cell in cells.items():
+                by_bucket.setdefault(bucket, {})[target] = cell
+        for bucket, samples in sorted(by_bucket.items()):
+            try:
+                self._store.add_latency(samples, bucket)
+            except StoreError as exc:
+                logger.warning("latency flush failed; keeping the samples: %s", exc)
+                if bucket >= self._oldest(self._clock.now()):  # older ones no longer count
+                    with self._lock:
+                        _add(self._pending, bucket, samples)
+                continue
+            with self._lock:  # the snapshot now holds them, until the next read replaces it
+                _add(self._shared, bucket, samples)
+                self._figures = None
+
+    def figures(self, now: float) -> Mapping[str, LatencyFigure]:
+        """The current figure per target (a target with no sample in ``max_age_secs`` is absent)."""
+        self._refresh(now)
+        oldest = self._oldest(now)
+        with self._lock:
+            if self._figures is None or self._figures_from != oldest:
+                targets = set(self._shared) | set(self._pending)
+                found = {t: _fold(self._merged_locked(t), self._bucket_secs, oldest)
+                         for t in targets}
+                self._figures = {t: f for t, f in found.items() if f is not None}
+                self._figures_from = oldest
+            return self._figures
+
+    def _refresh(self, now: float) -> None:
+        mono = self._clock.monotonic()
+        with self._lock:
+            if self._read_at is not None and mono - self._read_at < self._refresh_secs:
+                return
+            self._read_at = mono
+        try:
+            rows = self._store.get_latency(self._oldest(now))
+        except StoreError as exc:
+            logger.warning("latency refresh failed; using the last figures: %s", exc)
+            return
+        shared: Buckets = {t: {b: (c, ms) for b, c, ms in cells} for t, cells in rows.items()}
+        with self._lock:
+            self._shared = shared
+            self._figures = None
+
+    def _merged_locked(self, target: str) -> dict[int, tuple[int, float]]:
+        merged = dict(self._shared.get(target, {}))
+        for bucket, (count, total) in self._pending.get(target, {}).items():
+            had_count, had_total = merged.get(bucket, (0, 0.0))
+            merged[bucket] = (had_count + count, had_total + total)
+        return merged
+
+    def _oldest(self, now: float) -> int:
+        """The oldest bucket that still counts: the one holding ``now - max_age_secs``."""
+        return max(0, int((now - self._max_age_secs) // self._bucket_secs))
+
+
+def _add(into: Buckets, bucket: int, samples: Mapping[str, tuple[int, float]]) -> None:
+    for target, (count, total) in samples.items():
+        cells = into.setdefault(target, {})
+        had_count, had_total = cells.get(bucket, (0, 0.0))
+        cells[bucket] = (had_count + count, had_total + total)
+
+
+def _fold(buckets: Mapping[int, tuple[int, float]], bucket_secs: int,
+          oldest: int) -> LatencyFigure | None:
+    """Bucket means from ``oldest`` on, in time order, the newest weighing ``SMOOTHING``;
+    None without samples."""
+    ms: float | None = None
+    samples = 0
+    newest = None
+    for bucket in sorted(buckets):
+        count, total = buckets[bucket]
+        if bucket < oldest or count <= 0:
+            continue
+        mean = total / count
+        ms = mean if ms is None else (1 - SMOOTHING) * ms + SMOOTHING * mean
+        samples += count
+        newest = bucket
+    if ms is None or newest is None:
+        return None
+    return LatencyFigure(ms=ms, samples=samples, updated_at=float((newest + 1) * bucket_secs))

@@ -1,0 +1,111 @@
+"""The two DynamoDB tables: their key schema, indexes and TTL, and ``create_tables``.
+
+``template.yaml`` must declare exactly what ``STATE_TABLE`` and
+``LEDGER_TABLE`` say (``docs/decisions/0002-dynamodb-layout.md`` has the
+whole layout). Both tables are on-demand, keyed by ``pk`` (S, HASH) and
+``sk`` (S, RANGE), with TTL on the number attribute ``ttl``.
+
+State table (``HUMPYARD_STATE_TABLE``; point-in-time recovery on):
+
+=====================  ================================  ====================================
+pk                     sk                                holds
+=====================  ================================  ====================================
+``breaker``            endpoint key ``provider/model``   ``body`` (JSON), ``version``
+``latency``            bucket (12 digits)                ``n:<target>``, ``ms:<target>``
+``override``           override id                       ``body``, ``created_at``,
+                                                         ``expires_at``, ``seq``,
+                                                         ``expiry_audited``
+``counter``            ``override``                      ``next_id``, ``seq``
+``quota``              provider                          ``body``
+``stats#<group_by>``   ``<hour>#<shard>#<group key>``    counters and histogram ``h<i>``
+``spend#<key id>``     period label                      ``usd``
+=====================  ================================  ====================================
+
+Ledger table (``HUMPYARD_LEDGER_TABLE``): decisions (``decision#<request id>``
+/ ``decision``), quota history (``quotahist`` / time key), the newest
+sample per window (``quotalast`` / ``["provider","window"]``) and the
+override audit (``audit`` / time key). Five sparse GSIs list decisions
+newest first, each partitioned by one filter value and the UTC day:
+
+============== ============== =================================================
+index          partition      value
+============== ============== =================================================
+``by_day``     ``g_all``      ``decisions#<YYYY-MM-DD>``
+``by_rule``    ``g_rule``     ``<rule>#<YYYY-MM-DD>``
+``by_outcome`` ``g_outcome``  ``<outcome>#<YYYY-MM-DD>``
+``by_route``   ``g_route``    ``<route>#<YYYY-MM-DD>``
+``by_key``     ``g_key``      ``<key id>#<YYYY-MM-DD>`` (absent on an open gateway)
+============== ============== =================================================
+
+All five sort on ``g_sk`` = ``<ts as 16 sortable hex digits>#<request id>``
+and project (INCLUDE) ``ts``, ``route``, ``rule``, ``outcome``, ``key_id``
+so combined filters are evaluated in the index; bodies come from the table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+TTL_ATTRIBUTE = "ttl"
+SORT_ATTRIBUTE = "g_sk"
+INDEX_PROJECTION = ("ts", "route", "rule", "outcome", "key_id")
+
+DECISION_INDEXES: dict[str | None, tuple[str, str]] = {
+    None: ("by_day", "g_all"),
+    "rule": ("by_rule", "g_rule"),
+    "outcome": ("by_outcome", "g_outcome"),
+    "route": ("by_route", "g_route"),
+    "key_id": ("by_key", "g_key"),
+}
+"""Filter field (None: unfiltered) → (GSI name, its partition attribute)."""
+
+_KEYS = [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]
+_KEY_TYPES = [{"AttributeName": "pk", "AttributeType": "S"},
+              {"AttributeName": "sk", "AttributeType": "S"}]
+
+STATE_TABLE: dict[str, Any] = {
+    "KeySchema": _KEYS,
+    "AttributeDefinitions": _KEY_TYPES,
+    "BillingMode": "PAY_PER_REQUEST",
+}
+"""``CreateTable`` arguments of the state table (add ``TableName``)."""
+
+LEDGER_TABLE: dict[str, Any] = {
+    "KeySchema": _KEYS,
+    "AttributeDefinitions": [*_KEY_TYPES, {"AttributeName": SORT_ATTRIBUTE, "AttributeType": "S"},
+                             *({"AttributeName": attr, "AttributeType": "S"}
+                               for _, attr in DECISION_INDEXES.values())],
+    "GlobalSecondaryIndexes": [
+        {"IndexName": name,
+         "KeySchema": [{"AttributeName": attr, "KeyType": "HASH"},
+                       {"AttributeName": SORT_ATTRIBUTE, "KeyType": "RANGE"}],
+         "Projection": {"ProjectionType": "INCLUDE",
+                        "NonKeyAttributes": list(INDEX_PROJECTION)}}
+        for name, attr in DECISION_INDEXES.values()],
+    "BillingMode": "PAY_PER_REQUEST",
+}
+"""``CreateTable`` arguments of the ledger table (add ``TableName``)."""
+
+
+def create_tables(client: Any, state_table: str, ledger_table: str) -> None:
+    """Create both tables (on-demand), wait until active, then turn on TTL and PITR.
+
+    A table that already exists is left as it is, so this is safe to re-run
+    against a local emulator. For tests and local stacks; on AWS the SAM
+    template creates the same tables.
+    """
+    for name, spec in ((state_table, STATE_TABLE), (ledger_table, LEDGER_TABLE)):
+        try:
+            client.create_table(TableName=name, **spec)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ResourceInUseException":
+                raise
+            continue
+        client.get_waiter("table_exists").wait(TableName=name)
+        client.update_time_to_live(TableName=name, TimeToLiveSpecification={
+            "Enabled": True, "AttributeName": TTL_ATTRIBUTE})
+    client.update_continuous_backups(
+        TableName=state_table,
+        PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True})
