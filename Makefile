@@ -4,7 +4,10 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench soak package clean
+INFRA_VENV  := .venv-infra
+INFRA_STAMP := $(INFRA_VENV)/.installed-infra
+
+.PHONY: run test lint bench soak package clean infra-venv
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +21,17 @@ $(STAMP): pyproject.toml $(VENV)/bin/python
 run: $(STAMP)
 	$(VENV)/bin/humpyard demo --config examples/demo.toml
 
+# cfn-lint and the SAM CLI (with its translator) live in their own venv so they
+# never slow the app's imports; tests/infra calls them from there.
+$(INFRA_STAMP):
+	$(PYTHON) -m venv $(INFRA_VENV)
+	$(INFRA_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(INFRA_VENV)/bin/python -m pip install --quiet 'aws-sam-cli==1.170.0' 'cfn-lint==1.58.0'
+	touch $(INFRA_STAMP)
+
+## infra-venv: the template-validation tools, for tests/infra
+infra-venv: $(INFRA_STAMP)
+
 # The console's browser tests drive Debian's Chromium (never a downloaded browser).
 CHROMIUM := /usr/bin/chromium
 $(CHROMIUM):
@@ -26,7 +40,7 @@ $(CHROMIUM):
 	else echo "the UI tests need Chromium: sudo apt-get install chromium" >&2; exit 1; fi
 
 ## test: install what the tests need, lint, and run every test
-test: $(STAMP) $(CHROMIUM)
+test: $(STAMP) $(INFRA_STAMP) $(CHROMIUM)
 	$(VENV)/bin/ruff check shared tests
 	$(PY) -m pytest
 
@@ -39,5 +53,9 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/run.py
 
+## package: build/ for `sam deploy` (humpyard + deps for python3.12/arm64, unchecked-hash .pyc)
+package:
+	bash infra/package.sh
+
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info shared/*.egg-info
+	rm -rf $(VENV) $(INFRA_VENV) .aws-sam .pytest_cache build *.egg-info shared/*.egg-info

@@ -194,12 +194,12 @@ class Gateway:
         return self._tiered
 
     def refresh_gauges(self) -> None:
-        """Point-in-time gauges (overrides) before metrics are read."""
+        """Point-in-time gauges (overrides) before metrics are read; no store read
+        when the shared state is fresh."""
         now = self.clock.now()
-        snap = self.snapshot(now)
         by_kind: dict[str, int] = {"disable_target": 0, "drain_provider": 0, "pin_route": 0}
         oldest = 0.0
-        for ov in snap.overrides:
+        for ov in self._shared_state(now).overrides:
             by_kind[ov.kind] = by_kind.get(ov.kind, 0) + 1
             oldest = max(oldest, now - ov.created_at)
         for kind, n in by_kind.items():

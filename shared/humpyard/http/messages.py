@@ -73,7 +73,7 @@ async def _translate(served: Served, translator: StreamTranslator) -> AsyncItera
 async def messages(request: Request) -> Response:
     gw: Gateway = request.app.state.gateway
     config = gw.config
-    rid = new_request_id()
+    rid = request.scope.get("state", {}).get("humpyard_request_id") or new_request_id()
     call: Call | None = None
     headers: dict[str, str] = {}
     body: object = None

@@ -1,0 +1,201 @@
+"""One ``Instance`` per Lambda instance: the gateway and its app, built once.
+
+``Instance.build()`` (on the first invocation, never at import) checks the
+environment (``LambdaEnv``), reads the keys secret if one is named, loads
+the TOML configuration and wires the gateway to DynamoDB: ``DynamoDBStore``
+for overrides, ledger, spend and quota; ``SharedHealth`` for breakers (a
+probe lease is a conditional write, so one instance probes); and
+``SharedLatency`` for the figures ``fastest`` routes rank by.
+
+Ledger writes go through the writer to the store, whose own retries cover
+throttling, 5xx and connection errors with backoff (the decision write is a
+transaction with a client token, so a retry never counts twice); a write
+that still fails is logged by the writer with its whole payload as JSON.
+Everything is reused while the instance is warm; nothing is module-global
+but the ``Once`` each entry point holds.
+
+``Instance.flush()`` is what every request (``FlushMiddleware``) and every
+scheduled run ends with: the writer drained (bounded by
+``HUMPYARD_FLUSH_TIMEOUT_SECS``), point-in-time gauges refreshed, and the
+metrics printed to stdout as CloudWatch EMF, one JSON line per record.
+Latency samples are not written per request: ``SharedLatency`` flushes them
+itself, on the request that finds ``flush_secs`` (5 s) passed, so an
+instance writes at most one latency item per 5 s; ``close`` flushes the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING, Any, Generic, TypeVar
+
+from humpyard.aws.env import LambdaEnv
+from humpyard.aws.flush import FlushMiddleware
+from humpyard.aws.log import lambda_logger
+from humpyard.aws.secrets import secret_environ
+from humpyard.clock import Clock, SystemClock
+from humpyard.config import load_config
+from humpyard.runtime import Gateway, health_settings
+from humpyard.store.writer import BackgroundWriter
+
+if TYPE_CHECKING:
+    import httpx
+    from aws_lambda_powertools.logging import Logger
+
+log = logging.getLogger("humpyard.aws")
+
+T = TypeVar("T")
+
+
+def _secretsmanager_client() -> Any:
+    import boto3
+    return boto3.client("secretsmanager")
+
+
+def build_gateway(env: LambdaEnv, *, dynamodb: Any = None, secretsmanager: Any = None,
+                  environ: Mapping[str, str] | None = None, clock: Clock | None = None,
+                  transport: httpx.AsyncBaseTransport | None = None) -> Gateway:
+    """The gateway of one instance, wired to the DynamoDB tables ``env`` names.
+
+    ``dynamodb``/``secretsmanager`` (boto3 clients), ``clock`` and
+    ``transport`` are the seams; ``environ`` (default ``os.environ``) is what
+    ``api_key_env``/``key_env`` resolve against, with the secret's pairs laid
+    over it.
+    """
+    from humpyard.health.shared import SharedHealth
+    from humpyard.latency_shared import SharedLatency
+    from humpyard.store.dynamodb import DynamoDBStore
+
+    clock = clock or SystemClock()
+    values = dict(os.environ if environ is None else environ)
+    if env.secrets_arn:
+        values.update(secret_environ(secretsmanager or _secretsmanager_client(),
+                                     env.secrets_arn))
+    config = load_config(env.config_file, env=values)
+    retention = config.raw.ledger.decision_retention_days if config.raw.ledger else 30
+    store = DynamoDBStore(env.state_table, env.ledger_table, clock=clock,
+                          client=dynamodb, retention_days=retention)
+    refresh = config.raw.state_refresh_ms / 1000
+    health = SharedHealth(store, health_settings(config), clock, refresh)
+    latency = SharedLatency(store, clock, refresh_secs=refresh)
+    writer = BackgroundWriter(store)
+    return Gateway(config, store, transport=transport, clock=clock, health=health,
+                   latency=latency, writer=writer)
+
+
+@dataclass
+class Instance:
+    """A warm Lambda instance: its gateway, the wrapped app, its logger and event loop."""
+
+    env: LambdaEnv
+    gateway: Gateway
+    logger: Logger
+    stdout: IO[str] = field(default_factory=lambda: sys.stdout)
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
+    _http: Callable[..., Any] | None = field(default=None, init=False, repr=False)
+
+    @classmethod
+    def build(cls, environ: Mapping[str, str] | None = None, **seams: Any) -> Instance:
+        """Check the environment and build everything (see ``build_gateway`` for ``seams``)."""
+        env = LambdaEnv.from_environ(environ)
+        logger = lambda_logger(env.service)
+        gw = build_gateway(env, environ=environ, **seams)
+        for warning in gw.config.warnings:
+            logger.warning("configuration: %s", warning)
+        logger.info("instance ready", extra={"config": str(env.config_file),
+                                             "state_table": env.state_table,
+                                             "ledger_table": env.ledger_table})
+        return cls(env=env, gateway=gw, logger=logger)
+
+    def asgi_app(self) -> FlushMiddleware:
+        """The gateway's Starlette app, flushed before the last byte of every response."""
+        from humpyard.http.app import create_app
+
+        app = create_app(self.gateway.config, gateway=self.gateway)
+        return FlushMiddleware(app, self.flush, self.logger.set_correlation_id,
+                               on_shutdown=self.shutdown)
+
+    def http(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        """Serve one API Gateway REST proxy event: Mangum (lifespan off) over ``asgi_app``.
+
+        Log lines carry the Lambda context (function, request id, cold start)
+        besides the correlation id. Every invocation runs on the instance's loop.
+        """
+        if self._http is None:
+            from mangum import Mangum
+
+            asyncio.set_event_loop(self.loop)
+            mangum = Mangum(self.asgi_app(), lifespan="off")  # type: ignore[arg-type]
+            self._http = self.logger.inject_lambda_context(mangum, clear_state=False)
+        asyncio.set_event_loop(self.loop)
+        return self._http(event, context)  # type: ignore[no-any-return]
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the instance's loop (the upstream client is bound to it)."""
+        asyncio.set_event_loop(self.loop)
+        return self.loop.run_until_complete(coro)
+
+    async def flush(self) -> None:
+        """Make the work so far durable and observable; see the module docstring."""
+        await asyncio.to_thread(self.flush_now)
+
+    def flush_now(self) -> None:
+        """``flush`` for callers outside the event loop (blocking)."""
+        gw = self.gateway
+        if not gw.writer.flush(self.env.flush_timeout_secs):
+            log.error("ledger writes still pending after %.1f s; pending=%d",
+                      self.env.flush_timeout_secs, gw.writer.pending)
+        gw.refresh_gauges()
+        self.emit_metrics()
+
+    def emit_metrics(self) -> int:
+        """Print the metrics since the last call as EMF, one JSON line each; the count."""
+        records = self.gateway.metrics.emf_records(namespace=self.env.namespace,
+                                                   service=self.env.service)
+        if records:
+            self.stdout.write("".join(json.dumps(r, separators=(",", ":")) + "\n"
+                                      for r in records))
+            self.stdout.flush()
+        return len(records)
+
+    async def shutdown(self) -> None:
+        """The instance is going away: write pending latency samples, close the gateway."""
+        self.logger.info("instance shutting down")
+        flush_latency = getattr(self.gateway.latency_book, "flush", None)
+        if flush_latency is not None:
+            await asyncio.to_thread(flush_latency)
+        await self.gateway.aclose()
+
+    def close(self) -> None:
+        """``shutdown`` on the instance's own loop, then close the loop (tests, Mangum)."""
+        if not self.loop.is_closed():
+            self.loop.run_until_complete(self.shutdown())
+            self.loop.close()
+
+
+class Once(Generic[T]):
+    """Build a value on first use and keep it: the per-instance cache of an entry point.
+
+    A build that raises is not kept, so the next invocation tries again (and
+    reports the same clear error if nothing changed).
+    """
+
+    def __init__(self, build: Callable[[], T]) -> None:
+        self._build = build
+        self._value: T | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> T:
+        value = self._value
+        if value is None:
+            with self._lock:
+                if self._value is None:
+                    self._value = self._build()
+                value = self._value
+        return value

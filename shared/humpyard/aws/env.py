@@ -1,0 +1,102 @@
+"""The Lambda functions' environment variables, checked once per instance.
+
+``LambdaEnv.from_environ()`` reads ``os.environ`` (or a given mapping) and
+raises ``EnvError`` naming every missing or malformed variable, so a
+misconfigured function fails its first invocation with a message an operator
+can act on instead of a ``KeyError`` deep in boto3::
+
+    HUMPYARD_STATE_TABLE: required (the template sets it with !Ref StateTable)
+
+``template.yaml`` sets every variable below; the defaults are for local runs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from humpyard.errors import ConfigError
+
+DEFAULT_CONFIG = "humpyard.toml"
+
+_HINTS = {
+    "HUMPYARD_STATE_TABLE": "the template sets it with !Ref StateTable",
+    "HUMPYARD_LEDGER_TABLE": "the template sets it with !Ref LedgerTable",
+}
+
+TableName = Annotated[str, Field(min_length=3, max_length=255, pattern=r"^[A-Za-z0-9_.-]+$")]
+
+
+class EnvError(ConfigError):
+    """An environment variable is missing or malformed; the message names it."""
+
+
+class LambdaEnv(BaseModel):
+    """What a humpyard Lambda function reads from its environment.
+
+    - ``HUMPYARD_STATE_TABLE``, ``HUMPYARD_LEDGER_TABLE`` (required): the
+      DynamoDB tables.
+    - ``HUMPYARD_CONFIG``: the TOML configuration; a relative path is
+      resolved against ``LAMBDA_TASK_ROOT`` (the function's code), default
+      ``humpyard.toml`` there.
+    - ``HUMPYARD_SECRETS_ARN``: a Secrets Manager secret whose JSON object
+      supplies environment values (provider ``api_key_env``, client
+      ``key_env``) before the configuration is loaded; empty = none.
+    - ``HUMPYARD_FLUSH_TIMEOUT_SECS``: how long a response may wait for its
+      ledger writes before the last byte (default 5).
+    - ``POWERTOOLS_SERVICE_NAME`` (``humpyard``),
+      ``POWERTOOLS_METRICS_NAMESPACE`` (``Humpyard``): the EMF service
+      dimension and namespace.
+    - ``AWS_ENDPOINT_URL_DYNAMODB``: boto3 reads it itself; recorded here
+      only so tests can assert what a function would talk to.
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    state_table: TableName = Field(alias="HUMPYARD_STATE_TABLE")
+    ledger_table: TableName = Field(alias="HUMPYARD_LEDGER_TABLE")
+    config_path: Path = Field(alias="HUMPYARD_CONFIG", default=Path(DEFAULT_CONFIG))
+    secrets_arn: str | None = Field(alias="HUMPYARD_SECRETS_ARN", default=None)
+    flush_timeout_secs: float = Field(alias="HUMPYARD_FLUSH_TIMEOUT_SECS", default=5.0, gt=0,
+                                      le=60)
+    service: str = Field(alias="POWERTOOLS_SERVICE_NAME", default="humpyard", min_length=1)
+    namespace: str = Field(alias="POWERTOOLS_METRICS_NAMESPACE", default="Humpyard",
+                           min_length=1)
+    task_root: Path = Field(alias="LAMBDA_TASK_ROOT", default=Path("."))
+    dynamodb_endpoint: str | None = Field(alias="AWS_ENDPOINT_URL_DYNAMODB", default=None)
+
+    @field_validator("secrets_arn", "dynamodb_endpoint", mode="before")
+    @classmethod
+    def _blank_is_none(cls, v: object) -> object:
+        return None if isinstance(v, str) and not v.strip() else v
+
+    @property
+    def config_file(self) -> Path:
+        """``HUMPYARD_CONFIG`` as an absolute path (relative ones are under the task root)."""
+        path = self.config_path.expanduser()
+        return path if path.is_absolute() else self.task_root / path
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> LambdaEnv:
+        """Check the environment; ``EnvError`` names every bad variable."""
+        source = os.environ if environ is None else environ
+        try:
+            return cls.model_validate(dict(source))
+        except ValidationError as e:
+            raise EnvError(_describe(e)) from None
+
+
+def _describe(e: ValidationError) -> str:
+    aliases = {f.alias: f.alias for f in LambdaEnv.model_fields.values() if f.alias}
+    problems = []
+    for err in e.errors():
+        name = str(err["loc"][0]) if err["loc"] else "?"
+        name = aliases.get(name, name)
+        what = "required" if err["type"] == "missing" else err["msg"]
+        hint = _HINTS.get(name)
+        problems.append(f"{name}: {what}" + (f" ({hint})" if hint else ""))
+    return "environment: " + "; ".join(problems)

@@ -1,0 +1,60 @@
+"""Print the CloudFormation JSON that SAM makes of a template (no AWS calls).
+
+Run with the interpreter of ``.venv-infra`` (where ``aws-sam-translator``
+lives), not the app's::
+
+    .venv-infra/bin/python tests/infra/sam_translate.py template.yaml
+
+Local ``CodeUri``/``ContentUri`` paths are swapped for placeholder S3 URIs
+first, as ``sam validate`` does (``sam deploy`` uploads them). The policy
+loader is a stub: the template uses SAM policy templates only, never
+managed policy names, so nothing needs IAM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+class _NoManagedPolicies:
+    def load(self) -> dict[str, str]:
+        return {}
+
+
+_LOCAL_URIS = {"AWS::Serverless::Function": "CodeUri",
+               "AWS::Serverless::LayerVersion": "ContentUri"}
+
+
+def _placeholder(uri: object) -> object:
+    if isinstance(uri, str) and not uri.startswith("s3://"):
+        return "s3://placeholder-bucket/" + uri.strip("/")
+    return uri
+
+
+def _replace_local_uris(template: dict) -> None:
+    function_globals = template.get("Globals", {}).get("Function", {})
+    if "CodeUri" in function_globals:
+        function_globals["CodeUri"] = _placeholder(function_globals["CodeUri"])
+    for resource in template.get("Resources", {}).values():
+        prop = _LOCAL_URIS.get(resource.get("Type"))
+        props = resource.get("Properties", {})
+        if prop and prop in props:
+            props[prop] = _placeholder(props[prop])
+
+
+def main(path: str) -> None:
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    from samtranslator.translator.transform import transform
+    from samtranslator.yaml_helper import yaml_parse
+
+    with open(path, encoding="utf-8") as f:
+        template = yaml_parse(f.read())
+    _replace_local_uris(template)
+    out = transform(template, {}, _NoManagedPolicies())
+    json.dump(out, sys.stdout, indent=1, sort_keys=True, default=str)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

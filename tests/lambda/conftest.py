@@ -1,0 +1,61 @@
+"""Fixtures for the Lambda tests: an isolated logging state and a clean AWS environment.
+
+A Lambda instance configures the ``humpyard`` logger for Powertools (JSON
+handler, no propagation). In the test process that must not outlive the
+test, or later tests' ``caplog`` would stop seeing ``humpyard.*`` records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+
+import pytest
+from lambda_support import SerialMotoServer
+
+
+@pytest.fixture(autouse=True)
+def isolated_logging() -> Iterator[None]:
+    pkg = logging.getLogger("humpyard")
+    saved = (list(pkg.handlers), pkg.propagate, pkg.level, dict(pkg.__dict__))
+    root_filters = {h: list(h.filters) for h in logging.root.handlers}
+    try:
+        yield
+    finally:
+        handlers, propagate, level, attrs = saved
+        for h in pkg.handlers[:]:
+            if h not in handlers:
+                pkg.removeHandler(h)
+        pkg.propagate, pkg.level = propagate, level
+        for name in set(pkg.__dict__) - set(attrs):
+            delattr(pkg, name)
+        for h, filters in root_filters.items():
+            h.filters[:] = filters
+        asyncio.set_event_loop(None)
+
+
+@pytest.fixture(autouse=True)
+def aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dummy credentials and a region; nothing from the developer's own AWS setup."""
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB",
+                 "AWS_SESSION_TOKEN", "HUMPYARD_SECRETS_ARN", "HUMPYARD_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.setenv("POWERTOOLS_LOG_DEDUPLICATION_DISABLED", "true")
+
+
+@pytest.fixture(scope="session")
+def moto_url() -> Iterator[str]:
+    """One moto server on loopback for every test that needs processes to share DynamoDB."""
+    werkzeug = logging.getLogger("werkzeug")
+    level = werkzeug.level
+    werkzeug.setLevel(logging.WARNING)  # one line per DynamoDB call otherwise
+    try:
+        with SerialMotoServer() as server:
+            yield server.url
+    finally:
+        werkzeug.setLevel(level)
