@@ -8,11 +8,13 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
 
 from humpyard.errors import ConfigError
 
 log = logging.getLogger("humpyard")
+T = TypeVar("T")
 
 
 def _setup_logging(level: str = "INFO") -> None:
@@ -57,18 +59,25 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _uvicorn_extras() -> dict[str, str]:
-    extras = {}
-    try:
-        import uvloop  # noqa: F401
-        extras["loop"] = "uvloop"
-    except ImportError:
-        pass
+    """httptools' parser when installed (the event loop is chosen by ``run_loop``)."""
     try:
         import httptools  # noqa: F401
-        extras["http"] = "httptools"
     except ImportError:
-        pass
-    return extras
+        return {}
+    return {"http": "httptools"}
+
+
+def run_loop(main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` on uvloop when it is installed, else on asyncio's own loop.
+
+    uvicorn's ``loop=`` setting only applies to ``Server.run``; we drive
+    ``Server.serve`` ourselves, so the loop is chosen here.
+    """
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 async def _serve(config_path: str, host: str, port: int) -> None:
@@ -111,7 +120,7 @@ async def _poll(reloader: object, gw: object) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
-        asyncio.run(_serve(args.config, args.host, args.port))
+        run_loop(_serve(args.config, args.host, args.port))
     except ConfigError as e:
         print(e, file=sys.stderr)
         return 1

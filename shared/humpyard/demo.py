@@ -70,9 +70,10 @@ async def _run(config_path: str, host: str, port: int) -> None:
 
 
 def run_demo(config: str | None, host: str, port: int) -> int:
+    from humpyard.cli import run_loop
     path = _find_config(config)
     try:
-        asyncio.run(_run(path, host, port))
+        run_loop(_run(path, host, port))
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
     return 0

@@ -179,9 +179,15 @@ def _finish(gw: Gateway, call: Call, status: int, served: Served | None,
             gw.metrics.upstream_attempts.inc(target=a.target, provider=a.provider,
                                              outcome="ok" if a.failure_class is None
                                              else a.failure_class)
-    log.info("request request_id=%s route=%s rule=%s target=%s status=%s outcome=%s ms=%.1f",
-             call.request_id, route, decision.get("rule"), target, status,
-             decision.get("outcome"), latency_ms)
+    # One line per request at DEBUG: the decision in the ledger is the record, and
+    # formatting a log line costs more than the rest of the gateway's own work.
+    if decision["outcome"] in ("failed", "stream_broken"):
+        log.warning("request failed request_id=%s route=%s status=%s error=%s",
+                    call.request_id, route, status, decision.get("error"))
+    elif log.isEnabledFor(logging.DEBUG):
+        log.debug("request request_id=%s route=%s rule=%s target=%s status=%s outcome=%s "
+                  "ms=%.1f", call.request_id, route, decision.get("rule"), target, status,
+                  decision.get("outcome"), latency_ms)
 
 
 def check_route_allowed(key: KeySpec | None, route: str) -> None:
