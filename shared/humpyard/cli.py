@@ -21,6 +21,9 @@ def _setup_logging(level: str = "INFO") -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     # httpx logs every upstream call at INFO; the gateway logs its own line per request.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    # httpcore's DEBUG trace prints upstream response headers verbatim, and an
+    # upstream may echo the provider key (or set cookies) in them.
+    logging.getLogger("httpcore").setLevel(logging.INFO)
 
 
 def cmd_check(args: argparse.Namespace) -> int:

@@ -98,6 +98,10 @@ async def serve(gw: Gateway, call: Call) -> Served:
         _blocked(gw, call, e)
         finish(gw, call, status=e.status, error=e)
         raise
+    except Exception:
+        # A bug, not a decision: still leave exactly one record for the request.
+        finish(gw, call, status=500, error=HumpyardError("internal error; see the gateway log"))
+        raise
     call.attempts = served.attempts
     if served.events is not None:
         served.events = _recorded_stream(gw, call, served, served.events)

@@ -67,7 +67,10 @@ class ServerThread:
         """Start serving; raise RuntimeError if uvicorn did not come up in time."""
         if self._thread is not None:
             raise RuntimeError("ServerThread already started")
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only
+        # when the listening socket says it is TCP; without it every keep-alive
+        # request waits ~40 ms on Nagle and delayed ACKs.
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._sock.bind((self.host, 0))
         self.port = int(self._sock.getsockname()[1])
         self.server = server = uvicorn.Server(

@@ -14,6 +14,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 LABEL_RE = re.compile(r"^[a-z0-9_-]{1,32}$")
+# An environment variable's name. The error never echoes the value: a key pasted
+# where its variable's name belongs must not end up in logs or ``humpyard check``.
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 FAILURE_CLASSES = (
     "overflow", "rate_limit", "timeout", "server_error", "connection", "forbidden", "unavailable",
 )
@@ -71,6 +74,17 @@ class Provider(_Strict):
         if v is not None and not v.startswith("/"):
             raise ValueError(f"must start with '/', got {v!r}")
         return v
+
+    @model_validator(mode="after")
+    def _no_secret_in_plain_sight(self) -> Provider:
+        # After-validators report no input value, so neither check echoes a secret.
+        if "@" in self.base_url.split("://", 1)[1].split("/", 1)[0]:
+            raise ValueError("base_url must not carry credentials (user:password@); "
+                             "use api_key_env")
+        if self.api_key_env is not None and not ENV_NAME_RE.match(self.api_key_env):
+            raise ValueError("api_key_env must name an environment variable (letters, digits, "
+                             "'_'), not hold the key itself")
+        return self
 
     @field_validator("headers")
     @classmethod
@@ -291,7 +305,7 @@ class Key(_Strict):
     """A client key; the key itself never appears in the file."""
 
     key_env: str | None = None
-    key_sha256: str | None = None
+    key_sha256: str | None = Field(default=None, repr=False)
     allowed_routes: list[str] | None = None
     manage_overrides: bool = False
     budget: Budget | None = None
@@ -302,6 +316,9 @@ class Key(_Strict):
             raise ValueError("set exactly one of 'key_env' or 'key_sha256'")
         if self.key_sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", self.key_sha256):
             raise ValueError("key_sha256 must be 64 hex digits")
+        if self.key_env is not None and not ENV_NAME_RE.match(self.key_env):
+            raise ValueError("key_env must name an environment variable (letters, digits, '_'), "
+                             "not hold the key itself")
         return self
 
 

@@ -48,16 +48,26 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _secret(env: Mapping[str, str], name: str) -> str | None:
+    """The key in ``name``, without the surrounding whitespace a key file's last
+    newline leaves (a presented key is stripped the same way); None if unset or blank."""
+    return (env.get(name) or "").strip() or None
+
+
 def _providers(raw: RawConfig, env: Mapping[str, str], errors: list[str],
                warnings: list[str]) -> dict[str, ProviderSpec]:
     out: dict[str, ProviderSpec] = {}
     for name, p in raw.providers.items():
         key = None
         if p.api_key_env:
-            key = env.get(p.api_key_env) or None
+            key = _secret(env, p.api_key_env)
             if key is None:
                 warnings.append(f"providers.{name}.api_key_env: environment variable "
                                 f"{p.api_key_env} is not set; calls go without a key")
+            elif not all("\x21" <= c <= "\x7e" for c in key):
+                # Such a value fails in the HTTP library, whose message (and debug log) quotes it.
+                errors.append(f"providers.{name}.api_key_env: the value of {p.api_key_env} has "
+                              "characters a key cannot have (spaces, control or non-ASCII)")
         if p.quota_source:
             parts = urlsplit(p.base_url)
             if parts.scheme != "https" and not _is_loopback(parts.hostname or ""):
@@ -230,7 +240,7 @@ def _keys(raw: RawConfig, routes: Mapping[str, RouteSpec], env: Mapping[str, str
     out: dict[str, KeySpec] = {}
     for kid, k in raw.keys.items():
         if k.key_env is not None:
-            value = env.get(k.key_env)
+            value = _secret(env, k.key_env)
             if not value:
                 errors.append(f"keys.{kid}.key_env: environment variable {k.key_env} is not set")
                 continue

@@ -7,10 +7,16 @@ keys) live in fields excluded from ``repr`` and from ``public_view()``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from humpyard.config.models import Budget, Pool, RawConfig, SelectRule
+
+# Static provider headers whose value is a credential (Azure's ``api-key``, a
+# gateway token): ``/v1/config`` shows their names only.
+SECRET_HEADER_RE = re.compile(r"key|token|secret|auth|cookie|passw|signature|credential",
+                              re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +160,11 @@ class Config:
         data = self.raw.model_dump(mode="json", by_alias=True, exclude_none=True)
         for k in data.get("keys", {}).values():
             k.pop("key_sha256", None)
+        for p in data.get("providers", {}).values():
+            headers = p.get("headers") or {}
+            for name in headers:
+                if SECRET_HEADER_RE.search(name):
+                    headers[name] = "[redacted]"
         data["routes"] = {
             name: {
                 "type": r.type, "targets": list(r.targets), "tail": list(r.tail),

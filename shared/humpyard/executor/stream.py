@@ -11,11 +11,12 @@ nothing fails over: a later break ends the client's stream.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from humpyard.errors import UpstreamError
 from humpyard.protocols.sse import SSEDecoder, SSEEvent
+from humpyard.redact import redact
 from humpyard.upstream.client import UpstreamResponse
 
 
@@ -44,8 +45,12 @@ def _usage_of(obj: dict, into: dict[str, int]) -> None:
         into.update({k: v for k, v in u.items() if isinstance(v, int)})
 
 
-async def hold_back(resp: UpstreamResponse, wanted_usage: bool = True) -> HeldStream:
-    """Read until first content; return the held events plus the rest, or an error."""
+async def hold_back(resp: UpstreamResponse, wanted_usage: bool = True,
+                    secrets: Sequence[str | None] = ()) -> HeldStream:
+    """Read until first content; return the held events plus the rest, or an error.
+
+    No error message, here or raised by the relayed rest, contains one of
+    ``secrets`` (the provider's key, which some upstreams quote in errors)."""
     decoder = SSEDecoder()
     held: list[SSEEvent] = []
     usage: dict[str, int] = {}
@@ -61,14 +66,14 @@ async def hold_back(resp: UpstreamResponse, wanted_usage: bool = True) -> HeldSt
             try:
                 obj = json.loads(ev.data)
             except ValueError:
-                return HeldStream(error=f"upstream sent an invalid stream event: "
-                                        f"{ev.data[:200]!r}")
+                return HeldStream(error=redact(f"upstream sent an invalid stream event: "
+                                               f"{ev.data[:200]!r}", secrets))
             if not isinstance(obj, dict):
                 return HeldStream(error="upstream sent a stream event that is not an object")
             if "error" in obj and not obj.get("choices"):
                 err = obj["error"]
                 msg = err.get("message") if isinstance(err, dict) else str(err)
-                return HeldStream(error=f"upstream stream error: {msg}")
+                return HeldStream(error=redact(f"upstream stream error: {msg}", secrets))
             _usage_of(obj, usage)
             if not wanted_usage and not obj.get("choices") and "usage" in obj:
                 continue
@@ -81,7 +86,8 @@ async def hold_back(resp: UpstreamResponse, wanted_usage: bool = True) -> HeldSt
         # is still an answer only if the upstream said it finished.
         if not any(_finished(e) for e in held):
             return HeldStream(error="upstream closed the stream before any content")
-    return HeldStream(events=_relay(held, raw, decoder, usage, wanted_usage), usage=usage)
+    return HeldStream(events=_relay(held, raw, decoder, usage, wanted_usage, secrets),
+                      usage=usage)
 
 
 def _finished(ev: SSEEvent) -> bool:
@@ -89,7 +95,8 @@ def _finished(ev: SSEEvent) -> bool:
 
 
 async def _relay(held: list[SSEEvent], raw: AsyncIterator[bytes], decoder: SSEDecoder,
-                 usage: dict[str, int], wanted_usage: bool) -> AsyncIterator[SSEEvent]:
+                 usage: dict[str, int], wanted_usage: bool,
+                 secrets: Sequence[str | None] = ()) -> AsyncIterator[SSEEvent]:
     """The held events, then the rest; an upstream error event after the first
     content raises ``UpstreamError`` (code ``stream_broken``) instead of passing on."""
     for ev in held:
@@ -105,8 +112,8 @@ async def _relay(held: list[SSEEvent], raw: AsyncIterator[bytes], decoder: SSEDe
                     if "error" in obj and not obj.get("choices"):
                         err = obj["error"]
                         msg = err.get("message") if isinstance(err, dict) else str(err)
-                        raise UpstreamError(f"upstream stream error: {msg}", status=502,
-                                            code="stream_broken")
+                        raise UpstreamError(redact(f"upstream stream error: {msg}", secrets),
+                                            status=502, code="stream_broken")
                     _usage_of(obj, usage)
                     if not wanted_usage and not obj.get("choices"):
                         continue

@@ -30,6 +30,7 @@ from humpyard.executor.records import Attempt, Served
 from humpyard.executor.stream import hold_back
 from humpyard.health.retry_after import parse_retry_after
 from humpyard.planning.types import Plan, PlannedTarget
+from humpyard.redact import redact
 from humpyard.upstream.classify import (
     BODY_HEAD_BYTES,
     Classification,
@@ -46,6 +47,8 @@ routability_log = logging.getLogger("humpyard.routability")
 RETRYABLE = frozenset({FailureClass.RATE_LIMIT, FailureClass.TIMEOUT,
                        FailureClass.SERVER_ERROR, FailureClass.CONNECTION})
 ERROR_BODY_LIMIT = 64 * 1024
+NOT_A_COMPLETION = "upstream answered 200 with a body that is not a chat completion"
+NOT_A_STREAM = "upstream answered 200 with a JSON body, not the event stream asked for"
 
 
 @dataclass
@@ -166,8 +169,8 @@ class Executor:
                 resp = await self.client.open(provider, path, payload)
                 att.status = resp.status
                 if resp.status == 200:
-                    served = await self._answer(resp, target, ep, stream, att, attempts,
-                                                started, wanted_usage)
+                    served = await self._answer(resp, target, ep, provider, stream, att,
+                                                attempts, started, wanted_usage)
                     if isinstance(served, Served):
                         if stream:
                             resp = None  # the relayed stream owns it now
@@ -187,6 +190,8 @@ class Executor:
                 await resp.aclose()
         att.latency_ms = (self.clock.monotonic() - started) * 1000
         att.failure_class = str(cls.failure_class)
+        # Upstreams may quote the request's Authorization header in their errors.
+        failure.message = redact(failure.message, (provider.api_key,))
         att.error = failure.message
         if failure.retry_after is not None:
             att.retry_after_ms = int(failure.retry_after * 1000)
@@ -197,10 +202,18 @@ class Executor:
         return failure, (target, ep), cls
 
     async def _answer(self, resp: UpstreamResponse, target: PlannedTarget, ep: EndpointSpec,
-                      stream: bool, att: Attempt, attempts: list[Attempt], started: float,
+                      provider: ProviderSpec, stream: bool, att: Attempt,
+                      attempts: list[Attempt], started: float,
                       wanted_usage: bool) -> Served | tuple[Failure, Classification]:
+        if stream and _is_json(resp):
+            # A JSON body where an event stream was asked for: an error object
+            # (or a buffered answer the client cannot take); either way, fail over.
+            raw = await resp.read(ERROR_BODY_LIMIT)
+            msg = _error_message(raw, json_only=True) or NOT_A_STREAM
+            cls = classify_status(502, b"")
+            return Failure(502, msg, str(cls.failure_class)), cls
         if stream:
-            head = await hold_back(resp, wanted_usage)
+            head = await hold_back(resp, wanted_usage, secrets=(provider.api_key,))
             if head.error is not None:
                 cls = classify_status(502, b"")
                 return Failure(502, head.error, str(cls.failure_class)), cls
@@ -216,8 +229,7 @@ class Executor:
         except ValueError:
             data = None
         if not isinstance(data, dict) or "choices" not in data:
-            msg = _error_message(raw) or "upstream answered 200 with a body that is not a " \
-                                         "chat completion"
+            msg = _error_message(raw, json_only=True) or NOT_A_COMPLETION
             cls = classify_status(502, b"")
             return Failure(502, msg, str(cls.failure_class)), cls
         ms = (self.clock.monotonic() - started) * 1000
@@ -309,11 +321,19 @@ def _encode(body: dict[str, Any], model: str, stream: bool) -> bytes:
     return json.dumps(out, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _error_message(raw: bytes) -> str | None:
-    """The upstream's own error message, if its body has one."""
+def _is_json(resp: UpstreamResponse) -> bool:
+    return resp.headers.get("content-type", "").split(";")[0].strip().lower() \
+        == "application/json"
+
+
+def _error_message(raw: bytes, *, json_only: bool = False) -> str | None:
+    """The upstream's own error message, if its body has one. A body that is not
+    JSON is the message itself, unless ``json_only`` (a 200: never echo it)."""
     try:
         data = json.loads(raw)
     except ValueError:
+        if json_only:
+            return None
         text = raw[:500].decode("utf-8", errors="replace").strip()
         return text or None
     if isinstance(data, dict):

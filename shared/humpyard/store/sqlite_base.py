@@ -12,6 +12,7 @@ run while the gateway writes. ``sqlite3.Error`` never escapes: it becomes
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -25,6 +26,18 @@ logger = logging.getLogger("humpyard.store")
 BUSY_TIMEOUT_SECS = 5.0
 
 
+def _create_private(path: str) -> None:
+    """Create a new ledger file readable by its owner only (SQLite gives its
+    ``-wal`` and ``-shm`` files the same mode). An existing file keeps its mode;
+    an error here is left for ``sqlite3.connect`` to report."""
+    if path == ":memory:" or path.startswith("file:"):
+        return
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    except OSError:
+        pass
+
+
 class SQLiteBase:
     """Owns the connection; subclasses run SQL only inside ``_tx`` or ``_read``."""
 
@@ -32,6 +45,7 @@ class SQLiteBase:
         self.path = path
         self._clock = clock
         self._lock = threading.RLock()
+        _create_private(path)
         try:
             self._conn: sqlite3.Connection | None = sqlite3.connect(
                 path, timeout=BUSY_TIMEOUT_SECS, isolation_level=None,
