@@ -1,0 +1,118 @@
+"""Serve the gateway with one experimental change, to measure what the change buys.
+
+    python bench/variant_server.py --config FILE --port P --variant NAME
+
+Variants (each is the stock ``humpyard serve`` set-up except for the named change;
+none edits the package, they only use its seams or process-wide settings):
+
+=================  ============================================================
+``stock``          what ``humpyard serve`` builds (INFO logging, thread writer)
+``quiet``          log level WARNING: no per-request log lines (httpx + ours)
+``inline-writer``  decisions recorded synchronously on the event loop instead of
+                   being handed to the writer thread (memory store only)
+``switch-1ms``     ``sys.setswitchinterval(0.001)`` (default 5 ms)
+``fast-loop``      uvloop + httptools when importable (see ``--site``)
+``raw-transport``  the upstream client keeps httpx's API but runs over
+                   ``clients_bench.RawTransport`` (asyncio streams, no
+                   httpcore/anyio; buffered bodies only: fine for the ``zero``
+                   simulator, which answers streams with a content-length)
+``all``            quiet + inline-writer + fast-loop
+``best``           quiet + fast-loop + raw-transport
+=================  ============================================================
+
+``--site DIR`` prepends DIR to ``sys.path`` (e.g. a ``pip install --target``
+directory holding uvloop and httptools) so the project venv stays untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from typing import Any
+
+VARIANTS = ("stock", "quiet", "inline-writer", "switch-1ms", "fast-loop", "raw-transport",
+            "all", "best")
+
+
+class InlineWriter:
+    """The ``BackgroundWriter`` interface, performing each call at once in the caller."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    @property
+    def pending(self) -> int:
+        return 0
+
+    def submit(self, fn_name: str, *args: Any, **kw: Any) -> bool:
+        try:
+            getattr(self._store, fn_name)(*args, **kw)
+        except Exception:  # noqa: BLE001 - same contract as the real writer: never raise
+            logging.getLogger("humpyard.store").exception("inline write %s failed", fn_name)
+        return False
+
+    def flush(self, timeout: float | None = None) -> bool:
+        return True
+
+    def close(self, timeout: float | None = None) -> bool:
+        return True
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from humpyard.cli import _uvicorn_extras
+    from humpyard.clock import SystemClock
+    from humpyard.config import load_config
+    from humpyard.http.app import create_app
+    from humpyard.runtime import Gateway
+
+    v = args.variant
+    cfg = load_config(args.config)
+    writer = None
+    if v in ("inline-writer", "all"):
+        from humpyard.store import open_store
+        store = open_store(cfg.raw.ledger.path if cfg.raw.ledger else None, SystemClock())
+        writer = InlineWriter(store)
+        gw = Gateway(cfg, store, writer=writer)  # type: ignore[arg-type]
+    elif v in ("raw-transport", "best"):
+        from clients_bench import RawTransport
+        gw = Gateway(cfg, transport=RawTransport())
+    else:
+        gw = Gateway(cfg)
+    app = create_app(cfg, gateway=gw)
+    extras = _uvicorn_extras() if v in ("fast-loop", "all", "best") else {}
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=args.port,
+                                           access_log=False, log_config=None,
+                                           timeout_keep_alive=75, **extras))  # type: ignore[arg-type]
+    print(f"variant={v} extras={extras}", flush=True)
+    await server.serve()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--config", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--variant", choices=VARIANTS, default="stock")
+    p.add_argument("--site", default=None)
+    args = p.parse_args()
+    if args.site and args.variant in ("fast-loop", "all", "best"):
+        sys.path.insert(0, args.site)  # only these variants may see uvloop/httptools
+    level = "WARNING" if args.variant in ("quiet", "all", "best") else "INFO"
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if args.variant == "switch-1ms":
+        sys.setswitchinterval(0.001)
+    if args.variant in ("fast-loop", "all", "best"):
+        try:  # the loop must be chosen before asyncio.run; uvicorn's loop= is too late here
+            import uvloop
+            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+        except ImportError:
+            pass
+    asyncio.run(_serve(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
