@@ -87,6 +87,7 @@ class Gateway:
                                  metrics=self.metrics, cost_since=self._provider_cost_since)
         self._forbid_secrets(config)
         self._tiered: Any = None
+        self.reloader: Any = None  # set by the Lambda wiring (aws/config_source.py)
         self.executor = Executor(self.client, self.health, self.readiness, self.clock,
                                  self.rng, on_latency=self._on_latency, on_event=self._on_event)
 

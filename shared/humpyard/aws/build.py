@@ -35,12 +35,13 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, Generic, TypeVar
 
+from humpyard.aws.config_source import ConfigReloader, ConfigSource, FileSource, S3Source
 from humpyard.aws.env import LambdaEnv
 from humpyard.aws.flush import FlushMiddleware
 from humpyard.aws.log import lambda_logger
 from humpyard.aws.secrets import secret_environ
 from humpyard.clock import Clock, SystemClock
-from humpyard.config import load_config
+from humpyard.config import load_config_text
 from humpyard.runtime import Gateway, health_settings
 from humpyard.store.writer import BackgroundWriter
 
@@ -59,6 +60,7 @@ def _secretsmanager_client() -> Any:
 
 
 def build_gateway(env: LambdaEnv, *, dynamodb: Any = None, secretsmanager: Any = None,
+                  s3: Any = None,
                   environ: Mapping[str, str] | None = None, clock: Clock | None = None,
                   transport: httpx.AsyncBaseTransport | None = None) -> Gateway:
     """The gateway of one instance, wired to the DynamoDB tables ``env`` names.
@@ -77,7 +79,9 @@ def build_gateway(env: LambdaEnv, *, dynamodb: Any = None, secretsmanager: Any =
     if env.secrets_arn:
         values.update(secret_environ(secretsmanager or _secretsmanager_client(),
                                      env.secrets_arn))
-    config = load_config(env.config_file, env=values)
+    source = config_source(env, s3)
+    text, version = source.read()
+    config = load_config_text(text, source=source.name, env=values)
     retention = config.raw.ledger.decision_retention_days if config.raw.ledger else 30
     store = DynamoDBStore(env.state_table, env.ledger_table, clock=clock,
                           client=dynamodb, retention_days=retention)
@@ -85,8 +89,21 @@ def build_gateway(env: LambdaEnv, *, dynamodb: Any = None, secretsmanager: Any =
     health = SharedHealth(store, health_settings(config), clock, refresh)
     latency = SharedLatency(store, clock, refresh_secs=refresh)
     writer = BackgroundWriter(store)
-    return Gateway(config, store, transport=transport, clock=clock, health=health,
-                   latency=latency, writer=writer)
+    gw = Gateway(config, store, transport=transport, clock=clock, health=health,
+                 latency=latency, writer=writer)
+    gw.reloader = ConfigReloader(source, lambda: gw.config, gw.swap_config, values, clock,
+                                 version=version)
+    return gw
+
+
+def config_source(env: LambdaEnv, s3: Any = None) -> ConfigSource:
+    """The S3 object ``HUMPYARD_CONFIG_S3`` names, else the bundled file."""
+    if env.config_s3:
+        if s3 is None:
+            import boto3
+            s3 = boto3.client("s3")
+        return S3Source(env.config_s3, s3)
+    return FileSource(env.config_file)
 
 
 @dataclass
@@ -119,7 +136,8 @@ class Instance:
 
         app = create_app(self.gateway.config, gateway=self.gateway)
         return FlushMiddleware(app, self.flush, self.logger.set_correlation_id,
-                               on_shutdown=self.shutdown)
+                               on_shutdown=self.shutdown,
+                               before_request=self.gateway.reloader.maybe_reload)
 
     def http(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         """Serve one API Gateway REST proxy event: Mangum (lifespan off) over ``asgi_app``.

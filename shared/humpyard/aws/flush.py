@@ -50,8 +50,10 @@ class FlushMiddleware:
 
     def __init__(self, app: ASGIApp, flush: Callable[[], Awaitable[None]],
                  set_correlation_id: Callable[[str | None], None] | None = None,
-                 on_shutdown: Callable[[], Awaitable[None]] | None = None) -> None:
+                 on_shutdown: Callable[[], Awaitable[None]] | None = None,
+                 before_request: Callable[[], object] | None = None) -> None:
         self.app = app
+        self._before = before_request
         self._flush = flush
         self._correlate = set_correlation_id or (lambda _v: None)
         self._on_shutdown = on_shutdown
@@ -64,6 +66,8 @@ class FlushMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if self._before is not None:
+            self._before()  # e.g. a configuration reload when due
         rid = new_request_id()
         scope.setdefault("state", {})[STATE_KEY] = rid
         self._correlate(rid if self._adopts else None)

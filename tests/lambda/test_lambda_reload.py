@@ -1,0 +1,92 @@
+"""A Lambda instance reloads its configuration when due: from S3 or the bundled file.
+
+All or nothing: an invalid object is logged and the old configuration keeps
+serving. A warm request between looks costs no call to the source.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+from lambda_support import LEDGER, STATE, LambdaContext, event, gateway_config, load_function
+from moto import mock_aws
+
+from humpyard.errors import ConfigError
+from humpyard.store.dynamodb import create_tables
+from tests.support import FakeUpstream
+
+POLL = 'reload_poll_secs = 0.2\n'
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple]:
+    with FakeUpstream() as primary, FakeUpstream() as backup, mock_aws():
+        create_tables(boto3.client("dynamodb"), STATE, LEDGER)
+        monkeypatch.setenv("HUMPYARD_STATE_TABLE", STATE)
+        monkeypatch.setenv("HUMPYARD_LEDGER_TABLE", LEDGER)
+        modules = []
+        yield primary, backup, tmp_path, monkeypatch, modules
+        for m in modules:
+            inst = m._instance._value
+            if inst is not None:
+                inst.close()
+
+
+def target_of(module) -> str:
+    resp = module.handler(event("chat_post"), LambdaContext())
+    assert resp["statusCode"] == 200, resp["body"]
+    return resp["headers"]["x-humpyard-target"]
+
+
+def only_backup(text: str) -> str:
+    return text.replace('targets = ["primary", "backup"]', 'targets = ["backup"]')
+
+
+def test_config_from_s3_is_reloaded_when_due(env, caplog):
+    primary, backup, _, monkeypatch, modules = env
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="cfg")
+    text = POLL + gateway_config(primary.url, backup.url)
+    s3.put_object(Bucket="cfg", Key="humpyard.toml", Body=text.encode())
+    monkeypatch.setenv("HUMPYARD_CONFIG_S3", "s3://cfg/humpyard.toml")
+    gateway = load_function("gateway")
+    modules.append(gateway)
+    assert target_of(gateway) == "primary"
+    s3.put_object(Bucket="cfg", Key="humpyard.toml", Body=only_backup(text).encode())
+    assert target_of(gateway) == "primary"  # not due yet: nothing was even asked
+    time.sleep(0.25)
+    assert target_of(gateway) == "backup"
+    s3.put_object(Bucket="cfg", Key="humpyard.toml", Body=b'[routes.auto]\ntargets = ["x"]')
+    time.sleep(0.25)
+    with caplog.at_level(logging.ERROR, logger="humpyard.reload"):
+        assert target_of(gateway) == "backup"
+    assert any("reload rejected" in r.getMessage() for r in caplog.records)
+
+
+def test_bundled_file_is_reloaded_when_due(env):
+    primary, backup, tmp_path, monkeypatch, modules = env
+    conf = tmp_path / "humpyard.toml"
+    text = POLL + gateway_config(primary.url, backup.url)
+    conf.write_text(text)
+    monkeypatch.setenv("HUMPYARD_CONFIG", str(conf))
+    gateway = load_function("gateway")
+    modules.append(gateway)
+    assert target_of(gateway) == "primary"
+    time.sleep(0.05)
+    conf.write_text(only_backup(text))
+    time.sleep(0.25)
+    assert target_of(gateway) == "backup"
+
+
+def test_a_bad_s3_url_is_a_clear_error(env):
+    _, _, _, monkeypatch, _ = env
+    monkeypatch.setenv("HUMPYARD_CONFIG_S3", "https://not-s3/x")
+    gateway = load_function("gateway")
+    # the cold start fails with a message naming the variable (Lambda reports it)
+    with pytest.raises(ConfigError, match="HUMPYARD_CONFIG_S3: expected s3://bucket/key"):
+        gateway.handler(event("chat_post"), LambdaContext())
