@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from humpyard.config.spec import ProviderSpec
+from humpyard.upstream.transport import FastTransport
 
 
 class TransportFailure(Exception):
@@ -120,14 +121,9 @@ class UpstreamClient:
 
     def __init__(self, transport: httpx.AsyncBaseTransport | None = None,
                  max_connections: int = 512):
-        limits = httpx.Limits(max_connections=max_connections,
-                              max_keepalive_connections=max_connections,
-                              keepalive_expiry=60)
-        if transport is None:
-            transport = httpx.AsyncHTTPTransport(
-                limits=limits, retries=0,
-                socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
-        self.http = httpx.AsyncClient(transport=transport, limits=limits, trust_env=False)
+        if transport is None:  # asyncio streams, not httpcore: see upstream/transport.py
+            transport = FastTransport(max_connections=max_connections)
+        self.http = httpx.AsyncClient(transport=transport, trust_env=False)
 
     async def open(self, provider: ProviderSpec, path: str, body: bytes, *,
                    extra_headers: dict[str, str] | None = None) -> UpstreamResponse:
