@@ -49,6 +49,10 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check shared tests functions bench
 	$(VENV)/bin/mypy shared/humpyard
 
+## soak: the fault soak for two minutes at 32 connections (make test runs it for 20 s)
+soak: $(STAMP)
+	HUMPYARD_SOAK_SECS=$${HUMPYARD_SOAK_SECS:-120} $(PY) -m pytest tests/faults/test_soak.py -q
+
 ## bench: measure the gateway's own cost; results in bench/results/
 bench: $(STAMP)
 	$(PY) bench/run.py

@@ -156,11 +156,21 @@ class Gateway:
         if cached is not None and now - cached.taken_at < refresh:
             return cached
         overrides: tuple[Override, ...] = ()
-        if self.store.has_ledger:
-            overrides = mark_stale(self.store.list_overrides(now), self._config)
         periods = {k.id: period_key(k.budget.period, now)
                    for k in self._config.keys.values() if k.budget}
-        spend = self.store.spend_for(periods) if periods and self.store.has_ledger else {}
+        try:
+            if self.store.has_ledger:
+                overrides = mark_stale(self.store.list_overrides(now), self._config)
+            spend = self.store.spend_for(periods) if periods and self.store.has_ledger else {}
+        except Exception:  # noqa: BLE001 - a store outage must not stop traffic
+            # Serve on what was last read (retried after one refresh interval).
+            log.exception("shared state could not be read; serving on the last snapshot")
+            if cached is None:
+                cached = _Cached(taken_at=now, overrides=(), spend={})
+            else:
+                cached = _Cached(taken_at=now, overrides=cached.overrides, spend=cached.spend)
+            self._cached = cached
+            return cached
         cached = _Cached(taken_at=now, overrides=overrides, spend=dict(spend))
         self._cached = cached
         return cached

@@ -14,6 +14,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from humpyard.errors import HumpyardError, RequestError
+from humpyard.http.body import finite
 from humpyard.http.errors import error_response, internal_error, json_response
 from humpyard.http.guard import gateway, require_key
 from humpyard.metrics import CONTENT_TYPE
@@ -21,6 +22,7 @@ from humpyard.store.writer import BackgroundWriter
 
 Handler = Callable[[Request], Awaitable[Response]]
 DAY = 86400.0
+MAX_WINDOW = 3660 * DAY  # ten years: past any retention, and what a store can index
 
 
 def guarded(fn: Handler) -> Handler:
@@ -90,7 +92,7 @@ async def decisions(request: Request) -> Response:
     q = request.query_params
     try:
         limit = min(max(int(q.get("limit", "50")), 1), 1000)
-        since = float(q["since"]) if "since" in q else None
+        since = finite(q["since"], "since") if "since" in q else None
     except ValueError:
         raise RequestError("limit and since must be numbers") from None
     key_filter = q.get("key")
@@ -125,9 +127,12 @@ async def stats(request: Request) -> Response:
     if group_by not in ("route", "target", "provider", "key"):
         raise RequestError(f"group_by: must be route, target, provider or key, got {group_by!r}")
     try:
-        window = float(request.query_params.get("window_secs", DAY))
+        window = finite(request.query_params.get("window_secs", str(DAY)), "window_secs")
     except ValueError:
         raise RequestError("window_secs: must be a number") from None
+    if window <= 0:
+        raise RequestError(f"window_secs: must be positive, got {window:g}")
+    window = min(window, MAX_WINDOW)
     now = gw.clock.now()
     _flush(gw.writer)
     groups = gw.store.stats(group_by, now - window, now)
@@ -178,6 +183,7 @@ async def metrics(request: Request) -> Response:
 def routes() -> list[Route]:
     from humpyard.http import explain as explain_mod
     from humpyard.http import messages as messages_mod
+    from humpyard.http import openapi as openapi_mod
     from humpyard.http import overrides as overrides_mod
     from humpyard.http import quota as quota_mod
     from humpyard.http import ui as ui_mod
@@ -194,4 +200,5 @@ def routes() -> list[Route]:
         *quota_mod.routes(guarded),
         *messages_mod.routes(),
         *ui_mod.routes(),  # the page loads without a key; its API calls send one
+        *openapi_mod.routes(),  # static, no configuration in it: no key either
     ]

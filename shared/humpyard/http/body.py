@@ -1,8 +1,11 @@
-"""Reading request bodies within limits, and header hygiene."""
+"""Reading request bodies within limits, query numbers, and header hygiene."""
 
 from __future__ import annotations
 
 import json
+import math
+import re
+import sys
 from typing import Any
 
 from starlette.requests import Request
@@ -56,14 +59,46 @@ async def read_json(request: Request, limit: int) -> Any:
     except UnicodeDecodeError as e:
         raise RequestError(f"request body is not valid UTF-8 (byte {e.start})") from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except RecursionError:
         raise RequestError(f"request body nests deeper than {MAX_JSON_DEPTH} levels") from None
     except ValueError as e:
+        if "integer string conversion" in str(e):
+            raise RequestError("request body has an integer with more than "
+                               f"{sys.get_int_max_str_digits()} digits") from None
         raise RequestError(f"request body is not valid JSON: {e}") from None
     if _depth(data) > MAX_JSON_DEPTH:
         raise RequestError(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
+    if _SURROGATE_ESCAPE.search(text):
+        try:  # a \uD800-\uDFFF escape that is not half of a pair is not a character
+            json.dumps(data, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise RequestError("request body has a \\u escape that is not a character "
+                               "(an unpaired surrogate)") from None
     return data
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+
+
+def _no_constant(name: str) -> Any:
+    raise RequestError(f"request body has {name}, which is not JSON (numbers must be finite)")
+
+
+def _finite(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise RequestError(f"request body has a number out of range: {literal[:40]}")
+    return value
+
+
+def finite(text: str, name: str) -> float:
+    """A query parameter as a finite number: ``ValueError`` if it is not a number,
+    ``RequestError`` naming ``name`` for an infinity or NaN."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise RequestError(f"{name}: must be a finite number, got {text[:40]!r}")
+    return value
 
 
 def _depth(obj: Any) -> int:

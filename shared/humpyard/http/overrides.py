@@ -8,6 +8,7 @@ the key id.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -16,12 +17,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from humpyard.config.spec import Config
-from humpyard.errors import ConflictError, HumpyardError
+from humpyard.errors import ConflictError, HumpyardError, StoreError
 from humpyard.http.body import read_json
 from humpyard.http.errors import json_response
 from humpyard.http.guard import gateway, require_key
 from humpyard.overrides import is_stale, validate
 from humpyard.planning.types import Override
+
+log = logging.getLogger("humpyard.http")
 
 
 def view(ov: Override, config: Config, now: float) -> dict[str, Any]:
@@ -93,5 +96,10 @@ def routes(guarded: Callable[..., Any]) -> list[Route]:
 
 
 def _expire(gw: Any, now: float) -> None:
+    """Audit overrides that ran out. Listing never needs it (expired ones are not
+    listed), so a store that cannot write does not stop the listing."""
     if gw.store.has_ledger:
-        gw.store.expire_due(now)
+        try:
+            gw.store.expire_due(now)
+        except StoreError as e:
+            log.error("could not record expired overrides: %s", e.message)

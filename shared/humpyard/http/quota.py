@@ -10,6 +10,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from humpyard.errors import RequestError
+from humpyard.http.body import finite
 from humpyard.http.errors import json_response
 from humpyard.http.guard import gateway, require_key
 
@@ -27,7 +28,7 @@ def routes(guarded: Callable[..., Any]) -> list[Route]:
         gw = gateway(request)
         q = request.query_params
         try:
-            since = float(q["since"]) if "since" in q else None
+            since = finite(q["since"], "since") if "since" in q else None
             limit = min(max(int(q.get("limit", "500")), 1), 5000)
         except ValueError:
             raise RequestError("since and limit must be numbers") from None

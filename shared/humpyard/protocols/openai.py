@@ -33,7 +33,7 @@ def validate_chat(body: Any) -> dict[str, Any]:
         if not isinstance(m, dict):
             raise RequestError(f"messages[{i}]: must be an object")
         role = m.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise RequestError(f"messages[{i}].role: must be one of {sorted(ROLES)}, "
                                f"got {role!r}")
         content = m.get("content")

@@ -14,6 +14,7 @@ import errno
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from http.cookiejar import CookieJar
 from urllib.parse import urlsplit
 
 import httpx
@@ -116,6 +117,16 @@ def _as_failure(e: httpx.HTTPError, url: httpx.URL | str) -> TransportFailure:
     return TransportFailure("protocol", f"upstream protocol error {addr}: {type(e).__name__}")
 
 
+class _NoCookies(CookieJar):
+    """Upstream APIs take no cookies: skip httpx's per-response cookie parsing."""
+
+    def extract_cookies(self, response: object, request: object) -> None:  # type: ignore[override]
+        return None
+
+    def add_cookie_header(self, request: object) -> None:  # type: ignore[override]
+        return None
+
+
 class UpstreamClient:
     """One pooled HTTP client for every provider; the transport is the test seam."""
 
@@ -123,7 +134,8 @@ class UpstreamClient:
                  max_connections: int = 512):
         if transport is None:  # asyncio streams, not httpcore: see upstream/transport.py
             transport = FastTransport(max_connections=max_connections)
-        self.http = httpx.AsyncClient(transport=transport, trust_env=False)
+        self.http = httpx.AsyncClient(transport=transport, trust_env=False,
+                                      cookies=_NoCookies())
 
     async def open(self, provider: ProviderSpec, path: str, body: bytes, *,
                    extra_headers: dict[str, str] | None = None) -> UpstreamResponse:

@@ -1,0 +1,339 @@
+"""``GET /openapi.json``: the OpenAPI 3.1 document of the API the app serves.
+
+``openapi_document(routes)`` walks the app's Starlette routes and describes
+every (method, path) it finds: from ``OPERATIONS`` (hand-written schemas of
+request bodies, query parameters and answers, kept next to the limits the
+decoders enforce) or, for a route without an entry, from its handler's
+docstring with a generic answer, so the document never leaves out a path the
+app serves. The document holds no configuration (no route names, no keys),
+so it is served without a key.
+
+Answers are described as the code produces them: OpenAI's error body on every
+path except ``/v1/messages*`` (Anthropic's), the upstream's last error passed
+through as ``4XX``/``5XX`` on the client paths, and a stream as
+``text/event-stream``. ``tests/fuzz`` checks the app against this document.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from humpyard import __version__
+from humpyard.http.errors import json_response
+from humpyard.overrides import KINDS
+from humpyard.protocols import anthropic, openai
+
+Schema = dict[str, Any]
+
+STR: Schema = {"type": "string"}
+NONEMPTY: Schema = {"type": "string", "minLength": 1}
+INT: Schema = {"type": "integer"}
+NUM: Schema = {"type": "number"}
+BOOL: Schema = {"type": "boolean"}
+ANY_OBJECT: Schema = {"type": "object"}
+OPT_STR: Schema = {"type": ["string", "null"]}
+OPT_NUM: Schema = {"type": ["number", "null"]}
+OPT_INT: Schema = {"type": ["integer", "null"]}
+
+
+def obj(props: dict[str, Schema], *required: str, extra: bool = True) -> Schema:
+    out: Schema = {"type": "object", "properties": props}
+    if required:
+        out["required"] = list(required)
+    if not extra:
+        out["additionalProperties"] = False
+    return out
+
+
+def arr(items: Schema, **limits: int) -> Schema:
+    return {"type": "array", "items": items, **limits}
+
+
+def ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+# -- request bodies: the limits are the decoders' own --------------------------
+
+TOKENS: Schema = {"type": "integer", "minimum": 0, "maximum": openai.MAX_TOKENS_LIMIT}
+SAMPLING: Schema = {"type": "number", "minimum": 0, "maximum": 100}
+CHAT_MESSAGE = obj({"role": {"enum": sorted(openai.ROLES)},
+                    "content": {"type": ["string", "array", "null"]},
+                    "name": STR, "tool_call_id": STR, "tool_calls": arr(ANY_OBJECT)}, "role")
+CHAT_REQUEST = obj({
+    "model": NONEMPTY,
+    "messages": arr(CHAT_MESSAGE, minItems=1, maxItems=openai.MAX_MESSAGES),
+    "stream": BOOL, "stream_options": obj({"include_usage": BOOL}),
+    "tools": arr(obj({"type": STR, "function": ANY_OBJECT}), maxItems=openai.MAX_TOOLS),
+    "tool_choice": {"type": ["string", "object"]},
+    "max_tokens": TOKENS, "max_completion_tokens": TOKENS, "n": TOKENS,
+    "temperature": SAMPLING, "top_p": SAMPLING,
+    "stop": {"type": ["string", "array", "null"]}, "user": STR,
+}, "model", "messages")
+
+SOURCE = {"anyOf": [obj({"type": {"const": "base64"}, "media_type": STR, "data": STR},
+                        "type", "media_type", "data"),
+                    obj({"type": {"const": "url"}, "url": STR}, "type", "url"),
+                    obj({"type": {"const": "text"}, "media_type": STR, "data": STR},
+                        "type", "data")]}
+TEXT_BLOCK = obj({"type": {"const": "text"}, "text": STR}, "type", "text")
+IMAGE_BLOCK = obj({"type": {"const": "image"}, "source": SOURCE}, "type", "source")
+BLOCK: Schema = {"anyOf": [
+    TEXT_BLOCK, IMAGE_BLOCK,
+    obj({"type": {"const": "document"}, "source": SOURCE, "title": STR}, "type", "source"),
+    obj({"type": {"const": "tool_use"}, "id": STR, "name": STR, "input": ANY_OBJECT},
+        "type", "id", "name"),
+    obj({"type": {"const": "tool_result"}, "tool_use_id": STR, "is_error": BOOL,
+         "content": {"anyOf": [STR, arr({"anyOf": [TEXT_BLOCK, IMAGE_BLOCK]})]}},
+        "type", "tool_use_id"),
+    obj({"type": {"enum": ["thinking", "redacted_thinking"]}, "thinking": STR}, "type"),
+]}
+MESSAGES_FIELDS: dict[str, Schema] = {
+    "model": NONEMPTY,
+    "max_tokens": {"type": "integer", "minimum": 1, "maximum": anthropic.MAX_TOKENS_LIMIT},
+    "system": {"anyOf": [STR, arr(TEXT_BLOCK)]},
+    "messages": arr(obj({"role": {"enum": ["user", "assistant"]},
+                         "content": {"anyOf": [STR, arr(BLOCK)]}}, "role", "content"),
+                    minItems=1),
+    "temperature": {"type": "number", "minimum": 0, "maximum": 1},
+    "top_p": {"type": "number", "minimum": 0, "maximum": 1},
+    "top_k": {"type": "integer", "minimum": 0},
+    "stop_sequences": arr(STR), "stream": BOOL,
+    "tools": arr(obj({"name": STR, "description": STR, "input_schema": ANY_OBJECT,
+                      "type": {"const": "custom"}}, "name", "input_schema")),
+    "tool_choice": obj({"type": {"enum": ["auto", "any", "tool", "none"]}, "name": STR,
+                        "disable_parallel_tool_use": BOOL}, "type"),
+    "metadata": obj({"user_id": STR}),
+    "thinking": obj({"type": {"enum": ["enabled", "disabled"]},
+                     "budget_tokens": {"type": "integer", "minimum": 1}}, "type"),
+}
+MESSAGES_REQUEST = obj(MESSAGES_FIELDS, "model", "max_tokens", "messages")
+COUNT_TOKENS_REQUEST = obj(MESSAGES_FIELDS, "model", "messages")
+EXPLAIN_REQUEST = obj({
+    "model": NONEMPTY, "headers": {"type": "object", "additionalProperties": STR},
+    "subagent": BOOL, "stream": BOOL, "tools": BOOL, "images": BOOL,
+    "prompt_tokens": {"type": "integer", "minimum": 0},
+}, "model", extra=False)
+OVERRIDE_REQUEST = obj({
+    "kind": {"enum": list(KINDS)}, "subject": NONEMPTY,
+    "target": STR, "reason": {"type": "string", "maxLength": 500},
+    "expires_in_secs": {"type": "number", "exclusiveMinimum": 0},
+}, "kind", "subject", extra=False)
+
+# -- answers ----------------------------------------------------------------------
+
+SCHEMAS: dict[str, Schema] = {
+    "Error": obj({"error": obj({"message": STR, "type": STR, "code": OPT_STR},
+                               "message", "type", "code")}, "error"),
+    "AnthropicError": obj({"type": {"const": "error"},
+                           "error": obj({"type": STR, "message": STR}, "type", "message")},
+                          "type", "error"),
+    "ChatCompletion": obj({"id": STR, "object": STR, "model": STR,
+                           "choices": arr(ANY_OBJECT), "usage": ANY_OBJECT}, "choices"),
+    "Message": obj({"id": STR, "type": {"const": "message"}, "role": {"const": "assistant"},
+                    "model": STR, "content": arr(ANY_OBJECT), "stop_reason": OPT_STR,
+                    "usage": ANY_OBJECT}, "id", "type", "role", "content"),
+    "Override": obj({"id": STR, "kind": {"enum": list(KINDS)}, "subject": STR,
+                     "target": OPT_STR, "reason": STR, "stale": BOOL,
+                     "expires_in_secs": NUM}, "id", "kind", "subject"),
+}
+ERR, AERR = ref("Error"), ref("AnthropicError")
+
+
+def answer(schema: Schema | None, description: str, media: str = "application/json",
+           ) -> Schema:
+    out: Schema = {"description": description}
+    if schema is not None:
+        out["content"] = {media: {"schema": schema}}
+    return out
+
+
+def errors(*codes: str, anthropic_shape: bool = False) -> dict[str, Schema]:
+    shape = AERR if anthropic_shape else ERR
+    return {code: answer(shape, "refused or failed; the message says why") for code in codes}
+
+
+CLIENT_ERRORS = ("400", "401", "403", "404", "413", "429", "431", "4XX", "5XX")
+ADMIN_ERRORS = ("400", "401", "403", "404", "431")
+# each server-sent event: the OpenAI chunks (or Anthropic events) are in ``data``
+SSE = {"text/event-stream": {"schema": obj({"event": STR, "data": STR, "id": STR})}}
+
+
+def query(name: str, schema: Schema, description: str) -> Schema:
+    return {"name": name, "in": "query", "required": False, "schema": schema,
+            "description": description}
+
+
+def path_param(name: str) -> Schema:
+    return {"name": name, "in": "path", "required": True, "schema": STR}
+
+
+def body(schema: Schema) -> Schema:
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
+def op(summary: str, responses: dict[str, Schema], *, request: Schema | None = None,
+       params: list[Schema] | None = None, tag: str = "admin") -> Schema:
+    out: Schema = {"summary": summary, "tags": [tag], "responses": responses}
+    if request is not None:
+        out["requestBody"] = body(request)
+    if params:
+        out["parameters"] = params
+    return out
+
+
+def _client_ops() -> dict[tuple[str, str], Schema]:
+    streamed = {"application/json": {"schema": ref("ChatCompletion")}, **SSE}
+    message = {"application/json": {"schema": ref("Message")}, **SSE}
+    return {
+        ("POST", "/v1/chat/completions"): op(
+            "OpenAI chat completion, buffered or streamed", tag="client",
+            request=CHAT_REQUEST, responses={
+                "200": {"description": "the answer, or its stream", "content": streamed},
+                **errors(*CLIENT_ERRORS)}),
+        ("POST", "/v1/messages"): op(
+            "Anthropic Messages, translated to the OpenAI upstream and back", tag="client",
+            request=MESSAGES_REQUEST, responses={
+                "200": {"description": "the message, or its stream", "content": message},
+                **errors(*CLIENT_ERRORS, anthropic_shape=True)}),
+        ("POST", "/v1/messages/count_tokens"): op(
+            "Estimate a Messages request's input tokens (no upstream call)", tag="client",
+            request=COUNT_TOKENS_REQUEST, responses={
+                "200": answer(obj({"input_tokens": INT}, "input_tokens"), "the estimate"),
+                **errors("400", "401", "413", "431", anthropic_shape=True)}),
+        ("POST", "/v1/route/explain"): op(
+            "What a request would do: rules, targets, removals; no upstream call",
+            request=EXPLAIN_REQUEST, responses={
+                "200": answer(obj({"model": STR, "selected": ANY_OBJECT, "targets":
+                                   arr(ANY_OBJECT)}, "model", "selected"), "the decision"),
+                **errors(*ADMIN_ERRORS, "413")}),
+    }
+
+
+def _admin_ops() -> dict[tuple[str, str], Schema]:
+    decisions = obj({"decisions": arr(ANY_OBJECT), "next_cursor": OPT_STR}, "decisions")
+    group = obj({"key": OPT_STR, "requests": INT, "failures": INT, "failure_rate": OPT_NUM,
+                 "p50_latency_ms": OPT_NUM, "cost_usd": OPT_NUM}, "key", "requests")
+    return {
+        ("GET", "/v1/models"): op("Routes and targets the calling key may use", responses={
+            "200": answer(obj({"object": {"const": "list"}, "data": arr(
+                obj({"id": STR, "object": {"const": "model"}}, "id"))}, "data"), "models"),
+            **errors(*ADMIN_ERRORS)}),
+        ("GET", "/v1/health"): op("Every endpoint's breaker and readiness", responses={
+            "200": answer(obj({"endpoints": arr(obj({
+                "target": STR, "provider": STR, "model": STR,
+                "state": {"enum": ["healthy", "cooling_down", "probing"]},
+                "consecutive_failures": INT, "cooldown_remaining_ms": INT,
+                "cooldown_source": OPT_STR, "readiness": STR}, "target", "state")),
+                "targets": arr(ANY_OBJECT)}, "endpoints", "targets"), "health"),
+            **errors(*ADMIN_ERRORS)}),
+        ("GET", "/v1/decisions"): op("Recorded decisions, newest first", params=[
+            query("route", STR, "only this route"), query("rule", STR, "only this rule"),
+            query("outcome", STR, "only this outcome"), query("key", STR, "only this key id"),
+            query("since", NUM, "epoch seconds"),
+            query("limit", INT, "page size, clamped to 1..1000"),
+            query("cursor", STR, "the next_cursor of the previous page")],
+            responses={"200": answer(decisions, "a page"), **errors(*ADMIN_ERRORS)}),
+        ("GET", "/v1/decisions/{request_id}"): op(
+            "One decision", params=[path_param("request_id")],
+            responses={"200": answer(obj({"request_id": STR}, "request_id"), "the decision"),
+                       **errors(*ADMIN_ERRORS)}),
+        ("GET", "/v1/stats"): op("Requests, failures, latency and cost by group", params=[
+            query("group_by", {"enum": ["route", "target", "provider", "key"]}, "grouping"),
+            query("window_secs", {"type": "number", "exclusiveMinimum": 0},
+                  "how far back, seconds")],
+            responses={"200": answer(obj({"group_by": STR, "window_secs": NUM,
+                                          "groups": arr(group)}, "group_by", "groups"),
+                                     "the groups"), **errors(*ADMIN_ERRORS)}),
+        ("GET", "/v1/config"): op("The loaded configuration, secrets never included",
+                                  responses={"200": answer(ANY_OBJECT, "the configuration"),
+                                             **errors(*ADMIN_ERRORS)}),
+        ("GET", "/metrics"): op("Prometheus metrics", responses={
+            "200": answer(STR, "text exposition format", "text/plain"),
+            **errors(*ADMIN_ERRORS)}),
+        ("GET", "/v1/overrides"): op("Active overrides", responses={
+            "200": answer(obj({"overrides": arr(ref("Override"))}, "overrides"), "overrides"),
+            **errors(*ADMIN_ERRORS)}),
+        ("POST", "/v1/overrides"): op(
+            "Create an override (needs a ledger and manage_overrides)",
+            request=OVERRIDE_REQUEST, responses={
+                "201": answer(ref("Override"), "the stored override"),
+                **errors(*ADMIN_ERRORS, "409", "413", "5XX")}),
+        ("GET", "/v1/overrides/audit"): op("Override audit trail", responses={
+            "200": answer(obj({"audit": arr(ANY_OBJECT)}, "audit"), "entries"),
+            **errors(*ADMIN_ERRORS)}),
+        ("DELETE", "/v1/overrides/{id}"): op("Remove an override", params=[path_param("id")],
+                                             responses={
+            "200": answer(ref("Override"), "the removed override"),
+            **errors(*ADMIN_ERRORS, "409", "5XX")}),
+        ("GET", "/v1/quota"): op("Provider quota snapshots", responses={
+            "200": answer(obj({"providers": arr(ANY_OBJECT)}, "providers"), "snapshots"),
+            **errors(*ADMIN_ERRORS)}),
+        ("GET", "/v1/quota/history"): op("Quota samples, newest first", params=[
+            query("provider", STR, "only this provider"), query("since", NUM, "epoch seconds"),
+            query("limit", INT, "clamped to 1..5000")], responses={
+            "200": answer(obj({"samples": arr(ANY_OBJECT)}, "samples"), "samples"),
+            **errors(*ADMIN_ERRORS)}),
+        ("GET", "/openapi.json"): op("This document", responses={
+            "200": answer(obj({"openapi": STR, "paths": ANY_OBJECT}, "openapi", "paths"),
+                          "OpenAPI 3.1")}),
+        ("GET", "/ui"): op("The operator console page", tag="console", responses={
+            "200": answer(STR, "HTML", "text/html"), **errors("404")}),
+        ("GET", "/ui/{asset}"): op("A console asset", tag="console",
+                                   params=[path_param("asset")], responses={
+            "200": {"description": "the file (its own content type)"},
+            "304": {"description": "not modified"}, **errors("404")}),
+    }
+
+
+OPERATIONS: dict[tuple[str, str], Schema] = {**_client_ops(), **_admin_ops()}
+
+
+def _generic(route: Route) -> Schema:
+    doc = (route.endpoint.__doc__ or route.name or route.path).strip().splitlines()[0]
+    return op(doc, {"default": {"description": "see the gateway's documentation"}},
+              tag="undocumented")
+
+
+def openapi_document(routes: list[BaseRoute]) -> Schema:
+    """The OpenAPI 3.1 document for ``routes`` (a Starlette app's ``routes``)."""
+    paths: dict[str, dict[str, Schema]] = {}
+    for route in routes:
+        if not isinstance(route, Route):
+            continue
+        for method in sorted(route.methods or ()):
+            if method == "HEAD":
+                continue
+            spec = OPERATIONS.get((method, route.path)) or _generic(route)
+            paths.setdefault(route.path, {})[method.lower()] = spec
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "humpyard", "version": __version__,
+                 "description": "An LLM gateway: OpenAI and Anthropic clients in, "
+                                "OpenAI-compatible providers out."},
+        "paths": paths,
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"},
+                                "apiKey": {"type": "apiKey", "in": "header",
+                                           "name": "x-api-key"}},
+        },
+        # a gateway without [keys] is open: the key is optional in the document
+        "security": [{}, {"bearer": []}, {"apiKey": []}],
+    }
+
+
+async def openapi_json(request: Request) -> Response:
+    """``GET /openapi.json``: this app's OpenAPI document."""
+    cached = getattr(request.app.state, "openapi", None)
+    if cached is None:
+        cached = request.app.state.openapi = openapi_document(request.app.routes)
+    return json_response(cached)
+
+
+def routes() -> list[Route]:
+    return [Route("/openapi.json", openapi_json, methods=["GET"])]

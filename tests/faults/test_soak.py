@@ -1,0 +1,337 @@
+"""A bounded soak: mixed traffic and upstream faults at 32 concurrent connections.
+
+``HUMPYARD_SOAK_SECS`` sets the measured phase (default 20; ``make soak``
+runs 120). After a warm-up the test measures, and at the end asserts:
+
+- every answer's status is in the set its kind of request allows, every
+  stream ends with ``[DONE]`` or an error event, and no request took longer
+  than its timeouts allow (nothing hangs);
+- every chat/messages request left exactly one decision in the ledger;
+- no asyncio task is left over in the server loop (counted through a debug
+  route of a test-only wrapper app, never in production code);
+- no upstream connection is left checked out of the pool, and no socket is
+  left open beyond the pool's idle keep-alive connections (``/proc/self/fd``);
+- resident memory grew by less than ``RSS_LIMIT_MB`` after the warm-up.
+
+The fake upstreams run in a child process, so their sockets and their record
+of every request are not counted as the gateway's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import multiprocessing
+import os
+import random
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+import httpx
+import pytest
+
+from humpyard.clock import SystemClock
+from humpyard.config import load_config_text
+from humpyard.http.app import create_app
+from humpyard.runtime import Gateway
+from humpyard.store import open_store
+from tests.faults.harness import MSG, drill_config
+from tests.faults.steps import (
+    Hold,
+    Mixed,
+    ResetMidBody,
+    Slowloris,
+    StallAfter,
+    error_object_200,
+    invalid_sse,
+    truncated_json,
+)
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.servers import ServerThread
+from tests.support.steps import (
+    delay,
+    ok,
+    reset,
+    status,
+    stream_error,
+    stream_then_fail,
+)
+
+SOAK_SECS = float(os.environ.get("HUMPYARD_SOAK_SECS", "20"))
+WARMUP_SECS = min(5.0, max(2.0, SOAK_SECS * 0.1))
+CONNECTIONS = 32
+A_TIMEOUT = 1.0
+MAX_BODY = 64 * 1024
+RSS_LIMIT_MB = 30
+SETTLE_SECS = 10.0
+# The slowest legitimate request: provider a's whole-call timeout, then b,
+# under 32-way contention for one interpreter shared with the upstreams.
+LATENCY_BOUND = 10.0
+
+UPSTREAM_FAILURES = {200, 429, 500, 502, 504}
+EXPECTED: dict[str, set[int]] = {
+    "failover": {200}, "failover-stream": {200}, "anthropic-stream": {200},
+    "solo": UPSTREAM_FAILURES, "solo-stream": UPSTREAM_FAILURES,
+    "bystander": {200}, "bad-json": {400}, "unknown-model": {404}, "too-large": {413},
+    "admin": {200}, "abort": {200}, "client-timeout": UPSTREAM_FAILURES | {0},
+}
+
+
+class Instrumented:
+    """The gateway app plus ``GET /__debug/state``: the server loop's tasks and the
+    upstream pool, read inside the loop that owns them. Test-only."""
+
+    def __init__(self, app: Any, gw: Gateway):
+        self.app = app
+        self.gw = gw
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/__debug/state":
+            await self.app(scope, receive, send)
+            return
+        me = asyncio.current_task()
+        tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+        pool = self.gw.client.http._transport._pool  # type: ignore[attr-defined]
+        conns = [c for c in pool.connections if not c.is_closed()]
+        body = json.dumps({
+            "tasks": sorted(repr(t.get_coro()) for t in tasks),
+            "pool_open": len(conns),
+            "pool_busy": [repr(c) for c in conns if not c.is_idle()],
+        }).encode()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+@dataclass
+class Tally:
+    statuses: dict[str, Counter] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    slowest: dict[str, float] = field(default_factory=dict)
+    gateway_requests: int = 0
+
+    def add(self, kind: str, code: int, elapsed: float) -> None:
+        self.statuses.setdefault(kind, Counter())[code] += 1
+        self.slowest[kind] = max(self.slowest.get(kind, 0.0), elapsed)
+        if code not in EXPECTED[kind]:
+            self.problems.append(f"{kind}: unexpected status {code}")
+
+
+def stream_ended(lines: list[str], anthropic: bool) -> bool:
+    if anthropic:
+        return "event: message_stop" in lines or "event: error" in lines
+    return bool(lines) and (lines[-1] == "data: [DONE]" or '"error"' in lines[-1])
+
+
+async def one_request(client: httpx.AsyncClient, kind: str, tally: Tally) -> None:
+    chat = "/v1/chat/completions"
+    body: dict[str, Any] = {"model": "r", "messages": MSG}
+    code = 0
+    started = time.monotonic()
+    try:
+        if kind in ("failover", "solo", "bystander", "unknown-model"):
+            model = {"failover": "r", "solo": "solo", "bystander": "ok"}.get(kind, "nope")
+            code = (await client.post(chat, json={**body, "model": model})).status_code
+        elif kind in ("failover-stream", "solo-stream", "anthropic-stream", "abort"):
+            anthropic = kind == "anthropic-stream"
+            path = "/v1/messages" if anthropic else chat
+            req = {**body, "model": "solo" if kind == "solo-stream" else "r", "stream": True}
+            if anthropic:
+                req["max_tokens"] = 20
+            async with client.stream("POST", path, json=req) as resp:
+                code = resp.status_code
+                if code == 200:
+                    lines = []
+                    async for line in resp.aiter_lines():
+                        if line:
+                            lines.append(line)
+                        if kind == "abort" and len(lines) >= 2:
+                            break  # the client walks away mid-stream
+                    if kind != "abort" and not stream_ended(lines, anthropic):
+                        tally.problems.append(f"{kind}: stream did not end cleanly: "
+                                              f"{lines[-2:]}")
+                else:
+                    await resp.aread()
+        elif kind == "bad-json":
+            code = (await client.post(chat, content=b'{"model": "r", "messages": [',
+                                      headers={"content-type": "application/json"})).status_code
+        elif kind == "too-large":
+            big = {**body, "messages": [{"role": "user", "content": "x" * (MAX_BODY + 1)}]}
+            code = (await client.post(chat, json=big)).status_code
+        elif kind == "admin":
+            for path in ("/v1/health", "/v1/decisions?limit=5", "/v1/stats"):
+                code = (await client.get(path)).status_code
+                if code != 200:
+                    break
+        elif kind == "client-timeout":
+            try:
+                code = (await client.post(chat, json={**body, "model": "solo"},
+                                          timeout=0.2)).status_code
+            except httpx.TimeoutException:
+                code = 0  # the client gave up; the gateway must still clean up
+        else:
+            raise AssertionError(kind)
+    except httpx.HTTPError as e:
+        tally.problems.append(f"{kind}: {type(e).__name__}: {e}")
+        return
+    if kind != "admin":
+        tally.gateway_requests += 1
+    tally.add(kind, code, time.monotonic() - started)
+
+
+KINDS = {"failover": 6, "failover-stream": 6, "anthropic-stream": 2, "solo": 3,
+         "solo-stream": 3, "bystander": 4, "bad-json": 1, "unknown-model": 1,
+         "too-large": 1, "admin": 1, "abort": 2, "client-timeout": 1}
+
+
+async def load(url: str, seconds: float, tally: Tally, seed: int) -> None:
+    """``CONNECTIONS`` workers, each sending requests back to back until time is up."""
+    deadline = time.monotonic() + seconds
+    limits = httpx.Limits(max_connections=CONNECTIONS, max_keepalive_connections=CONNECTIONS)
+    async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as client:
+        async def worker(i: int) -> None:
+            rng = random.Random(seed * 1000 + i)
+            names, weights = list(KINDS), list(KINDS.values())
+            while time.monotonic() < deadline:
+                await one_request(client, rng.choices(names, weights)[0], tally)
+        await asyncio.gather(*(worker(i) for i in range(CONNECTIONS)))
+
+
+def faulty() -> Mixed:
+    """Provider a: healthy half the time, otherwise one of every fault drilled."""
+    stall = A_TIMEOUT + 0.5
+    steps = [
+        (ok(["fine ", "answer"]), 12), (delay(0.05), 2),
+        (status(500), 1), (status(429, headers={"Retry-After": "1"}), 1), (status(429), 1),
+        (ResetMidBody(), 1), (stream_then_fail(["partial "]), 1), (reset(), 1),
+        (Hold(stall), 1), (StallAfter(content=False, hold=stall), 1),
+        (StallAfter(content=True, hold=stall), 1), (Slowloris(0.1, limit=int(stall * 10)), 1),
+        (truncated_json(), 1), (invalid_sse(), 1), (error_object_200(), 1),
+        (stream_error("boom"), 1), (stream_error("late", after=["partial "]), 1),
+    ]
+    return Mixed([s for s, _ in steps], [w for _, w in steps], seed=11)
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def debug_state(url: str) -> dict[str, Any]:
+    with httpx.Client(base_url=url, timeout=5) as c:
+        return c.get("/__debug/state").json()  # type: ignore[no-any-return]
+
+
+def settled(url: str, baseline_tasks: list[str], loose_limit: int) -> tuple[bool, dict]:
+    """Wait (bounded) until the server is back to its idle shape; returns the last look."""
+    deadline = time.monotonic() + SETTLE_SECS
+    while True:
+        gc.collect()
+        state = debug_state(url)
+        # the upstreams live in another process: an idle pooled connection is one socket
+        state["loose_fds"] = open_fds() - state["pool_open"]
+        done = (len(state["tasks"]) <= len(baseline_tasks) and not state["pool_busy"]
+                and state["loose_fds"] <= loose_limit)
+        if done or time.monotonic() > deadline:
+            return done, state
+        time.sleep(0.25)
+
+
+def serve_upstreams(conn: Connection) -> None:
+    """In a child process: upstreams a (faulty), b and h until told to stop.
+
+    Out of the test's process so that what they record (every request) and
+    their sockets are not counted as the gateway's memory and descriptors.
+    """
+    with FakeUpstream() as a, FakeUpstream() as b, FakeUpstream() as h:
+        a.default = faulty()
+        conn.send((a.url, b.url, h.url))
+        conn.recv()
+
+
+@contextmanager
+def upstreams_process() -> Iterator[tuple[str, str, str]]:
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=serve_upstreams, args=(child,), name="soak-upstreams")
+    proc.start()
+    try:
+        assert parent.poll(30), "the upstream process did not start"
+        yield parent.recv()
+    finally:
+        parent.send("stop")
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+        parent.close()
+
+
+@pytest.fixture
+def soak_gateway(tmp_path):
+    with upstreams_process() as (a, b, h):
+        text = drill_config(a, b, h, a_timeout=A_TIMEOUT, threshold=3, cooldown=1,
+                            top=f"max_body_bytes = {MAX_BODY}",
+                            extra=f'[ledger]\npath = "{tmp_path / "soak.db"}"')
+        config = load_config_text(text, env={})
+        clock = SystemClock()
+        gw = Gateway(config, store=open_store(config.raw.ledger.path, clock), clock=clock,
+                     rng=random.Random(3))
+        app = Instrumented(create_app(config, gateway=gw), gw)
+        with ServerThread(app, lifespan="on") as srv:
+            yield srv.url, gw
+
+
+def run_phase(url: str, seconds: float, seed: int) -> Tally:
+    tally = Tally()
+    asyncio.run(load(url, seconds, tally, seed))
+    return tally
+
+
+def test_soak(soak_gateway):
+    url, gw = soak_gateway
+    baseline_tasks = debug_state(url)["tasks"]
+
+    warm = run_phase(url, WARMUP_SECS, seed=1)
+    assert warm.problems == []
+    ok_, warm_state = settled(url, baseline_tasks, loose_limit=10**6)
+    assert ok_, warm_state
+    rss_warm = rss_mb()
+
+    started = time.monotonic()
+    tally = run_phase(url, SOAK_SECS, seed=2)
+    elapsed = time.monotonic() - started
+
+    done, state = settled(url, baseline_tasks, loose_limit=warm_state["loose_fds"] + 4)
+    growth = rss_mb() - rss_warm
+    report = (f"{elapsed:.1f}s, statuses {tally.statuses}, slowest {tally.slowest}, "
+              f"state {state}, warm {warm_state}, rss +{growth:.1f} MB")
+    print(report)
+
+    assert tally.problems == [], tally.problems[:20]
+    assert elapsed < SOAK_SECS + LATENCY_BOUND
+    assert max(tally.slowest.values()) < LATENCY_BOUND, tally.slowest
+    for kind in KINDS:  # every kind of traffic really ran
+        assert sum(tally.statuses.get(kind, Counter()).values()) > 0, kind
+    assert set(tally.statuses["solo"]) - {200}, "no fault reached a client"
+    assert done, f"the server did not settle: {state} (baseline tasks {baseline_tasks}, " \
+                 f"warm {warm_state})"
+    assert growth < RSS_LIMIT_MB, report
+
+    # one decision per gateway request, none lost (refused ones included)
+    assert gw.writer.flush(timeout=10)
+    recorded = sum(g["requests"] for g in gw.store.stats("key", 0, time.time() + 60))
+    assert recorded == warm.gateway_requests + tally.gateway_requests
