@@ -38,6 +38,21 @@ def endpoint_key(provider: str, model: str) -> str:
     return f"{provider}/{model}"
 
 
+def log_transition(key: str, old: BreakerState, new: BreakerState, now: float) -> None:
+    """Log a trip or longer cooldown, and a recovery; quiet for anything else."""
+    if new.open_until > old.open_until:
+        cooldown = new.open_until - now
+        logger.warning(
+            "endpoint is failing; skipping it for the cooldown "
+            "endpoint=%s cooldown_secs=%.3f source=%s consecutive_failures=%d",
+            key, cooldown, new.cooldown_source, new.consecutive_failures,
+            extra={"endpoint": key, "cooldown_secs": cooldown,
+                   "cooldown_source": new.cooldown_source},
+        )
+    elif old.open_until != 0 and new.open_until == 0:
+        logger.info("endpoint recovered endpoint=%s", key, extra={"endpoint": key})
+
+
 class HealthState(Protocol):
     """Endpoint health as the executor and planning use it. Times are epoch seconds.
 
@@ -94,15 +109,7 @@ class HealthBook:
         with self._lock:
             old = self.get(key)
             new = self._store(key, old, record_failure(old, self.settings, now, retry_after))
-        if new.open_until > old.open_until:
-            cooldown = new.open_until - now
-            logger.warning(
-                "endpoint is failing; skipping it for the cooldown "
-                "endpoint=%s cooldown_secs=%.3f source=%s consecutive_failures=%d",
-                key, cooldown, new.cooldown_source, new.consecutive_failures,
-                extra={"endpoint": key, "cooldown_secs": cooldown,
-                       "cooldown_source": new.cooldown_source},
-            )
+        log_transition(key, old, new, now)
         return new
 
     def record_success(self, key: str, now: float) -> BreakerState:
@@ -110,8 +117,7 @@ class HealthBook:
         with self._lock:
             old = self.get(key)
             new = self._store(key, old, record_success(old, self.settings, now))
-        if old.open_until != 0 and new.open_until == 0:
-            logger.info("endpoint recovered endpoint=%s", key, extra={"endpoint": key})
+        log_transition(key, old, new, now)
         return new
 
     def try_acquire_probe(self, key: str, now: float) -> bool:

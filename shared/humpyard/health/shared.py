@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 from humpyard.clock import Clock
 from humpyard.errors import StoreError
+from humpyard.health.book import log_transition
 from humpyard.health.breaker import (
     BreakerState,
     EndpointView,
@@ -107,22 +108,13 @@ class SharedHealth:
         """Record a counted failure; ``retry_after`` is a stated time in seconds, unclamped."""
         old, new, _ = self._apply(
             key, lambda s: (True, record_failure(s, self.settings, now, retry_after)))
-        if new.open_until > old.open_until:
-            cooldown = new.open_until - now
-            logger.warning(
-                "endpoint is failing; skipping it for the cooldown "
-                "endpoint=%s cooldown_secs=%.3f source=%s consecutive_failures=%d",
-                key, cooldown, new.cooldown_source, new.consecutive_failures,
-                extra={"endpoint": key, "cooldown_secs": cooldown,
-                       "cooldown_source": new.cooldown_source},
-            )
+        log_transition(key, old, new, now)
         return new
 
     def record_success(self, key: str, now: float) -> BreakerState:
         """Record an answered call; closes the breaker (no write when already closed)."""
         old, new, _ = self._apply(key, lambda s: (True, record_success(s, self.settings, now)))
-        if old.open_until != 0 and new.open_until == 0:
-            logger.info("endpoint recovered endpoint=%s", key, extra={"endpoint": key})
+        log_transition(key, old, new, now)
         return new
 
     def try_acquire_probe(self, key: str, now: float) -> bool:
