@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -64,10 +66,26 @@ async def sse_bytes(served: Served) -> AsyncIterator[bytes]:
                                                "code": "stream_broken"}}))
 
 
-async def chat_completions(request: Request) -> Response:
+Decode = Callable[[Any], tuple[dict[str, Any], list[str]]]
+
+
+@dataclass
+class Accepted:
+    """A client request taken in: served (``call``/``served``) or answered (``error``)."""
+
+    request_id: str
+    call: Call | None = None
+    served: Served | None = None
+    error: Response | None = None
+
+
+async def accept(request: Request, protocol: str, decode: Decode) -> Accepted:
+    """Authenticate, read, decode to an OpenAI chat body and serve; errors answered in the
+    client protocol's shape, refusals before planning recorded too."""
     gw: Gateway = request.app.state.gateway
     config = gw.config
     rid = request.scope.get("state", {}).get("humpyard_request_id") or new_request_id()
+    anthropic = protocol == "anthropic"
     call: Call | None = None
     headers: dict[str, str] = {}
     body: object = None
@@ -75,21 +93,36 @@ async def chat_completions(request: Request) -> Response:
         headers = lower_headers(request)
         key = authenticate(config.keys, headers)
         body = await read_json(request, config.raw.max_body_bytes)
+        chat_body, notes = decode(body)
         call = Call(request_id=rid, config=config, key=key, headers=headers,
-                    body=validate_chat(body))
+                    body=validate_chat(chat_body), protocol=protocol, notes=notes)
         served = await serve(gw, call)
     except HumpyardError as e:
         if call is None:
-            record_refusal(gw, rid, headers, body, e, "openai")
-        return error_response(e, headers=route_headers(call, None, rid))
+            record_refusal(gw, rid, headers, body, e, protocol)
+        return Accepted(rid, error=error_response(e, anthropic=anthropic,
+                                                  headers=route_headers(call, None, rid)))
     except Exception as e:  # noqa: BLE001 - answered as a 500, logged with its trace
-        return internal_error(e, headers={"x-humpyard-request-id": rid})
-    out_headers = route_headers(call, served, rid)
+        return Accepted(rid, error=internal_error(e, anthropic=anthropic,
+                                                  headers={"x-humpyard-request-id": rid}))
+    return Accepted(rid, call=call, served=served)
+
+
+def stream_headers(headers: dict[str, str]) -> dict[str, str]:
+    """Headers that keep proxies from buffering an event stream."""
+    return {**headers, "cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+async def chat_completions(request: Request) -> Response:
+    got = await accept(request, "openai", lambda body: (body, []))
+    if got.error is not None:
+        return got.error
+    served = got.served
+    assert served is not None
+    out_headers = route_headers(got.call, served, got.request_id)
     if served.events is not None:
-        out_headers["cache-control"] = "no-cache"
-        out_headers["x-accel-buffering"] = "no"
         return StreamingResponse(sse_bytes(served), media_type="text/event-stream",
-                                 headers=out_headers)
+                                 headers=stream_headers(out_headers))
     if served.raw is not None:
         return Response(served.raw, 200, out_headers, media_type="application/json")
     return json_response(served.body, 200, out_headers)

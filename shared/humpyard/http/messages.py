@@ -17,15 +17,13 @@ from starlette.routing import Route
 
 from humpyard.errors import HumpyardError
 from humpyard.executor.records import Served
-from humpyard.flow import Call, new_request_id, serve
 from humpyard.http.body import lower_headers, read_json
-from humpyard.http.chat import record_refusal, route_headers
+from humpyard.http.chat import accept, route_headers, stream_headers
 from humpyard.http.errors import error_response, internal_error, json_response
 from humpyard.keys import authenticate
 from humpyard.planning.estimate import estimate_prompt_tokens
 from humpyard.protocols.anthropic import decode_request, encode_response, error_body
 from humpyard.protocols.anthropic_stream import StreamTranslator, encode_event
-from humpyard.protocols.openai import validate_chat
 from humpyard.runtime import Gateway
 
 log = logging.getLogger("humpyard.http")
@@ -71,35 +69,19 @@ async def _translate(served: Served, translator: StreamTranslator) -> AsyncItera
 
 
 async def messages(request: Request) -> Response:
-    gw: Gateway = request.app.state.gateway
-    config = gw.config
-    rid = request.scope.get("state", {}).get("humpyard_request_id") or new_request_id()
-    call: Call | None = None
-    headers: dict[str, str] = {}
-    body: object = None
-    try:
-        headers = lower_headers(request)
-        key = authenticate(config.keys, headers)
-        body = await read_json(request, config.raw.max_body_bytes)
-        openai_body, notes = decode_request(body)  # type: ignore[arg-type]
-        call = Call(request_id=rid, config=config, key=key, headers=headers,
-                    body=validate_chat(openai_body), protocol="anthropic", notes=notes)
-        served = await serve(gw, call)
-    except HumpyardError as e:
-        if call is None:
-            record_refusal(gw, rid, headers, body, e, "anthropic")
-        return error_response(e, anthropic=True, headers=route_headers(call, None, rid))
-    except Exception as e:  # noqa: BLE001 - answered as a 500, logged with its trace
-        return internal_error(e, anthropic=True, headers={"x-humpyard-request-id": rid})
+    got = await accept(request, "anthropic", decode_request)
+    if got.error is not None:
+        return got.error
+    call, served, rid = got.call, got.served, got.request_id
+    assert call is not None and served is not None
     out_headers = route_headers(call, served, rid)
     model = call.body["model"]
     stops = call.body.get("stop") if isinstance(call.body.get("stop"), list) else None
     if served.events is not None:
         translator = StreamTranslator(model, "msg_" + rid[4:], stops)
-        out_headers["cache-control"] = "no-cache"
-        out_headers["x-accel-buffering"] = "no"
         return StreamingResponse(_translate(served, translator),
-                                 media_type="text/event-stream", headers=out_headers)
+                                 media_type="text/event-stream",
+                                 headers=stream_headers(out_headers))
     assert served.body is not None
     return json_response(encode_response(served.body, model=model, stop_sequences=stops,
                                          message_id="msg_" + rid[4:]), 200, out_headers)
