@@ -125,11 +125,12 @@ def _wants_usage(body: Mapping[str, Any]) -> bool:
 
 
 async def _recorded_stream(gw: Gateway, call: Call, served: Served,
-                           events: AsyncIterator[SSEEvent]) -> AsyncIterator[SSEEvent]:
+                           events: AsyncIterator[list[SSEEvent]],
+                           ) -> AsyncIterator[list[SSEEvent]]:
     broken: str | None = None
     try:
-        async for ev in events:
-            yield ev
+        async for batch in events:
+            yield batch
     except HumpyardError as e:
         broken = e.message
         raise

@@ -24,7 +24,7 @@ from humpyard.upstream.client import UpstreamResponse
 class HeldStream:
     """The outcome of holding back: ``error`` set means fail over instead."""
 
-    events: AsyncIterator[SSEEvent] | None = None
+    events: AsyncIterator[list[SSEEvent]] | None = None  # batches, one per upstream read
     error: str | None = None
     usage: dict[str, int] = field(default_factory=dict)
 
@@ -96,12 +96,15 @@ def _finished(ev: SSEEvent) -> bool:
 
 async def _relay(held: list[SSEEvent], raw: AsyncIterator[bytes], decoder: SSEDecoder,
                  usage: dict[str, int], wanted_usage: bool,
-                 secrets: Sequence[str | None] = ()) -> AsyncIterator[SSEEvent]:
-    """The held events, then the rest; an upstream error event after the first
-    content raises ``UpstreamError`` (code ``stream_broken``) instead of passing on."""
-    for ev in held:
-        yield ev
+                 secrets: Sequence[str | None] = ()) -> AsyncIterator[list[SSEEvent]]:
+    """The held events as one batch, then one batch per upstream read (so the
+    client gets one write where the upstream sent one). An upstream error event
+    after the first content raises ``UpstreamError`` (code ``stream_broken``)
+    after the events before it in the same read."""
+    if held:
+        yield held
     async for chunk in raw:
+        batch: list[SSEEvent] = []
         for ev in decoder.feed(chunk):
             if '"usage"' in ev.data or '"error"' in ev.data:
                 try:
@@ -110,6 +113,8 @@ async def _relay(held: list[SSEEvent], raw: AsyncIterator[bytes], decoder: SSEDe
                     obj = None
                 if isinstance(obj, dict):
                     if "error" in obj and not obj.get("choices"):
+                        if batch:
+                            yield batch
                         err = obj["error"]
                         msg = err.get("message") if isinstance(err, dict) else str(err)
                         raise UpstreamError(redact(f"upstream stream error: {msg}", secrets),
@@ -117,4 +122,6 @@ async def _relay(held: list[SSEEvent], raw: AsyncIterator[bytes], decoder: SSEDe
                     _usage_of(obj, usage)
                     if not wanted_usage and not obj.get("choices"):
                         continue
-            yield ev
+            batch.append(ev)
+        if batch:
+            yield batch

@@ -31,11 +31,13 @@ def _subplan(plan: Plan, names: tuple[str, ...]) -> Plan:
     return replace(plan, targets=targets)
 
 
-async def _as_events(completion: dict[str, Any]) -> AsyncIterator[SSEEvent]:
+async def _as_events(completion: dict[str, Any]) -> AsyncIterator[list[SSEEvent]]:
+    batch = []
     for chunk in completion_to_chunks(completion):
         data = json.dumps(chunk, separators=(",", ":"))
-        yield SSEEvent(data=data, raw=encode(data))
-    yield SSEEvent(data="[DONE]", raw=DONE)
+        batch.append(SSEEvent(data=data, raw=encode(data)))
+    batch.append(SSEEvent(data="[DONE]", raw=DONE))
+    yield batch
 
 
 async def run_tiered(router: Any, executor: Executor, plan: Plan, config: Config,

@@ -55,8 +55,8 @@ async def sse_bytes(served: Served) -> AsyncIterator[bytes]:
     events = served.events
     assert events is not None
     try:
-        async for ev in events:
-            yield ev.raw
+        async for batch in events:
+            yield batch[0].raw if len(batch) == 1 else b"".join(ev.raw for ev in batch)
     except HumpyardError as e:
         yield sse.encode(json.dumps({"error": {"message": e.message, "type": "api_error",
                                                "code": e.code}}))

@@ -41,17 +41,19 @@ async def _translate(served: Served, translator: StreamTranslator) -> AsyncItera
     assert events is not None
     failure: str | None = None
     try:
-        async for ev in events:
-            if ev.data == "[DONE]":
-                continue
-            try:
-                chunk = json.loads(ev.data)
-            except ValueError:
-                continue
-            if not isinstance(chunk, dict):
-                continue
-            for name, data in translator.feed(chunk):
-                yield encode_event(name, data)
+        async for batch in events:
+            out: list[bytes] = []
+            for ev in batch:
+                if ev.data == "[DONE]":
+                    continue
+                try:
+                    chunk = json.loads(ev.data)
+                except ValueError:
+                    continue
+                if isinstance(chunk, dict):
+                    out.extend(encode_event(name, data) for name, data in translator.feed(chunk))
+            if out:
+                yield b"".join(out)  # one write per upstream read
     except HumpyardError as e:  # an upstream error event after the first content
         failure = e.message
     except Exception as e:  # noqa: BLE001 - the stream broke; the decision records why
@@ -64,8 +66,7 @@ async def _translate(served: Served, translator: StreamTranslator) -> AsyncItera
     if failure is not None:
         yield encode_event("error", error_body(502, failure))
         return
-    for name, data in translator.finish():
-        yield encode_event(name, data)
+    yield b"".join(encode_event(name, data) for name, data in translator.finish())
 
 
 async def messages(request: Request) -> Response:
