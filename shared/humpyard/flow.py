@@ -86,9 +86,8 @@ async def serve(gw: Gateway, call: Call) -> Served:
     try:
         call.facts = facts = facts_for(call)
         snapshot = gw.snapshot(call.ts)
-        route = call.config.route_for(facts.model)
-        rng = gw.route_rng(route.name, route.seed) if route is not None else gw.rng
-        call.plan = make_plan(facts, snapshot, call.config, call.ts, rng, policy=gw.policy,
+        # Seeded routes draw from their own source in route_rngs (the planner keeps it).
+        call.plan = make_plan(facts, snapshot, call.config, call.ts, gw.rng, policy=gw.policy,
                               route_rngs=gw.route_rngs)
         _count_removals(gw, call.plan)
         if call.plan.tiers:

@@ -97,12 +97,14 @@ class Gateway:
 
     def swap_config(self, config: Config) -> None:
         """Serve ``config`` from the next request on; health and latency carry over."""
-        self._config = config
+        old, self._config = self._config, config
         if hasattr(self.health, "settings"):  # HealthBook and SharedHealth
             self.health.settings = health_settings(config)
         self.readiness.interval_secs = config.raw.router.probe_interval_secs
         self.readiness.timeout_secs = config.raw.router.probe_timeout_secs
-        self.route_rngs = {k: v for k, v in self.route_rngs.items() if k in config.routes}
+        # A seeded route keeps its draw sequence only while its definition is unchanged.
+        self.route_rngs = {k: v for k, v in self.route_rngs.items()
+                           if k in config.routes and config.routes[k] == old.routes.get(k)}
         if self._tiered is not None:
             self._tiered.forget_routes(set(config.routes))
         self.quota.reload(config)
@@ -235,14 +237,6 @@ class Gateway:
         elif name == "routability_resend":
             self.metrics.routability_resends.inc(endpoint=kw["endpoint"])
             self.metrics.routability_resend_seconds.observe(kw["ms"] / 1000)
-
-    def route_rng(self, route: str, seed: int | None) -> random.Random:
-        """A per-route random source; seeded routes are reproducible across requests."""
-        rng = self.route_rngs.get(route)
-        if rng is None:
-            rng = random.Random(seed) if seed is not None else self.rng
-            self.route_rngs[route] = rng
-        return rng
 
     async def aclose(self) -> None:
         self.writer.close()

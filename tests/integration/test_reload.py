@@ -153,3 +153,27 @@ def test_pool_membership_change_is_logged(ups, tmp_path, caplog):
         assert any("pool membership changed route=pool" in r.getMessage()
                    for r in caplog.records)
         assert gw.gw.config.routes["pool"].targets == ("ta",)
+
+
+def test_a_seeded_random_route_repeats_its_draws_and_restarts_when_redefined(ups, tmp_path):
+    a, b = ups
+    text = cfg(a.url, b.url, "ta") + ('[routes.rnd]\ntype = "random"\ntargets = ["ta", "tb"]\n'
+                                      'weights = [1, 1]\nseed = 7\n')
+
+    def draws(gw, n: int = 12) -> list[str]:
+        with httpx.Client(timeout=5) as c:
+            return [c.post(gw.url + "/v1/chat/completions",
+                           json={"model": "rnd", "messages": MSG}).headers["x-humpyard-target"]
+                    for _ in range(n)]
+
+    with running_gateway(text) as gw1:
+        first = draws(gw1)
+    assert set(first) == {"ta", "tb"}
+    with running_gateway(text) as gw2:
+        assert draws(gw2) == first  # same seed, same sequence, in a fresh process
+        from tests.support.gateway import config_from
+        source = gw2.gw.route_rngs["rnd"]
+        gw2.gw.swap_config(config_from(text))  # unchanged route: the sequence goes on
+        assert gw2.gw.route_rngs["rnd"] is source
+        gw2.gw.swap_config(config_from(text.replace("seed = 7", "seed = 8")))
+        assert "rnd" not in gw2.gw.route_rngs  # redefined: starts afresh
