@@ -13,13 +13,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from humpyard.config.names import CREDENTIAL_HEADERS, PromptRange
+
 LABEL_RE = re.compile(r"^[a-z0-9_-]{1,32}$")
 # An environment variable's name. The error never echoes the value: a key pasted
 # where its variable's name belongs must not end up in logs or ``humpyard check``.
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-FAILURE_CLASSES = (
-    "overflow", "rate_limit", "timeout", "server_error", "connection", "forbidden", "unavailable",
-)
 FailureClassName = Literal[
     "overflow", "rate_limit", "timeout", "server_error", "connection", "forbidden", "unavailable",
 ]
@@ -230,9 +229,6 @@ class Route(_Strict):
         return self
 
 
-PromptRange = dict[Literal["min", "max"], int]
-
-
 class When(_Strict):
     """Conditions of a selector rule; all must hold."""
 
@@ -260,9 +256,6 @@ class When(_Strict):
 
     def is_empty(self) -> bool:
         return all(getattr(self, f) is None for f in type(self).model_fields)
-
-
-CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "cookie", "proxy-authorization"})
 
 
 class SelectRule(_Strict):

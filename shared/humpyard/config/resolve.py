@@ -11,7 +11,8 @@ import ipaddress
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from humpyard.config.models import FAILURE_CLASSES, RawConfig, Route
+from humpyard.config.models import RawConfig, Route
+from humpyard.config.names import FAILURE_CLASSES
 from humpyard.config.spec import Config, EndpointSpec, KeySpec, ProviderSpec, RouteSpec, TargetSpec
 from humpyard.errors import ConfigError
 

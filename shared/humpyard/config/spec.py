@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from humpyard.config.models import Budget, Pool, RawConfig, SelectRule
+if TYPE_CHECKING:  # the pydantic schema is needed to load a file, not to run one
+    from humpyard.config.models import Budget, Health, Pool, RawConfig, SelectRule
 
 # Static provider headers whose value is a credential (Azure's ``api-key``, a
 # gateway token): ``/v1/config`` shows their names only.
@@ -144,7 +145,7 @@ class Config:
         return self.routes.get(model)
 
     @property
-    def health(self):  # noqa: ANN201 - pydantic model
+    def health(self) -> Health:
         return self.raw.health
 
     @property

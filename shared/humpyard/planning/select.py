@@ -19,10 +19,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from humpyard.config.models import CREDENTIAL_HEADERS, PromptRange, SelectRule
+from humpyard.config.names import CREDENTIAL_HEADERS, PromptRange
 from humpyard.config.spec import Config, KeySpec
 from humpyard.planning.types import RequestFacts, RuleCheck
+
+if TYPE_CHECKING:
+    from humpyard.config.models import SelectRule
 
 PROFILE_HEADER = "x-humpyard-profile"
 TAG_HEADER_PREFIX = "x-humpyard-tag-"
