@@ -1,6 +1,9 @@
 """``humpyard.planning`` is pure: no HTTP, AWS, SQLite or server imports, anywhere in it."""
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import humpyard.planning
@@ -44,3 +47,16 @@ def test_the_checker_catches_every_form() -> None:
            "importlib.import_module('starlette.routing')\n__import__('uvicorn')\n")
     modules = {m.split(".")[0] for _, m in imported_modules(ast.parse(src))}
     assert FORBIDDEN <= modules
+
+
+def test_planning_and_the_resolved_config_import_without_pydantic() -> None:
+    # Loading a file needs the pydantic schema; planning on a loaded Config does not.
+    code = ("import sys, humpyard.planning, humpyard.config, humpyard.store\n"
+            "heavy = {'pydantic', 'humpyard.config.models', 'sqlite3'} & set(sys.modules)\n"
+            "assert not heavy, heavy\n"
+            "from humpyard.config import load_config_text\n"
+            "assert 'pydantic' in sys.modules\n"
+            "from humpyard.store import SQLiteStore\n"
+            "assert SQLiteStore.__module__ == 'humpyard.store.sqlite'\n")
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent.parent)}  # this checkout's package
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60, env=env)

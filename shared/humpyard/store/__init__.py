@@ -5,17 +5,23 @@ in-memory store without a ledger, a path (or ``":memory:"``) the SQLite
 store. The DynamoDB backend is built by the Lambda entry points. Writes go
 through ``BackgroundWriter`` and reads through ``run`` so the event loop
 never waits on a disk.
+
+``SQLiteStore`` (and ``sqlite3``) is imported on first use: the Lambda
+functions never open a SQLite file, so their cold start does not pay for it.
 """
 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
 from humpyard.clock import Clock
 from humpyard.store.base import LedgerStore, LiveStateStore, OverrideStore, QuotaStore, Store
 from humpyard.store.memory import MemoryStore
-from humpyard.store.sqlite import SQLiteStore
 from humpyard.store.writer import BackgroundWriter, run
+
+if TYPE_CHECKING:
+    from humpyard.store.sqlite import SQLiteStore
 
 __all__ = [
     "BackgroundWriter", "LedgerStore", "LiveStateStore", "MemoryStore", "OverrideStore",
@@ -33,4 +39,12 @@ def open_store(config_ledger_path: str | None, clock: Clock) -> Store:
         return MemoryStore(ledger=False)
     path = config_ledger_path if config_ledger_path == ":memory:" else os.path.expanduser(
         config_ledger_path)
+    from humpyard.store.sqlite import SQLiteStore
     return SQLiteStore(path, clock)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SQLiteStore":
+        from humpyard.store.sqlite import SQLiteStore
+        return SQLiteStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
