@@ -5,8 +5,9 @@ function's environment (``HUMPYARD_*``, ``AWS_ENDPOINT_URL_DYNAMODB``,
 dummy credentials). It imports the real ``functions/<name>/app.py`` modules
 (``functions/`` on ``sys.path``, as ``CodeUri`` is in Lambda) and calls
 their ``handler`` with the events it is sent. Every DynamoDB API call the
-process makes is counted through a ``before-call`` hook registered on
-boto3's default session, whose clients (the store's among them) inherit it.
+process makes is counted through a ``before-call`` hook registered on the
+botocore session ``humpyard.aws.clients`` creates every client on (the
+store's among them).
 
 Protocol: one JSON object per line each way. The process's own stdout and
 stderr (Powertools logs, EMF lines, tracebacks) go to ``DRIVER_LOG``; the
@@ -67,9 +68,8 @@ def main() -> None:
     os.dup2(log.fileno(), 2)
     sys.stdout = sys.stderr = log
 
-    import boto3
-    boto3.setup_default_session()
-    boto3.DEFAULT_SESSION.events.register("before-call.dynamodb", _count)  # type: ignore[union-attr]
+    from humpyard.aws.clients import session
+    session().register("before-call.dynamodb", _count)
 
     modules: dict[str, Any] = {}
     for line in sys.stdin:

@@ -55,8 +55,8 @@ T = TypeVar("T")
 
 
 def _secretsmanager_client() -> Any:
-    import boto3
-    return boto3.client("secretsmanager")
+    from humpyard.aws.clients import client
+    return client("secretsmanager")
 
 
 def build_gateway(env: LambdaEnv, *, dynamodb: Any = None, secretsmanager: Any = None,
@@ -100,8 +100,8 @@ def config_source(env: LambdaEnv, s3: Any = None) -> ConfigSource:
     """The S3 object ``HUMPYARD_CONFIG_S3`` names, else the bundled file."""
     if env.config_s3:
         if s3 is None:
-            import boto3
-            s3 = boto3.client("s3")
+            from humpyard.aws.clients import client
+            s3 = client("s3")
         return S3Source(env.config_s3, s3)
     return FileSource(env.config_file)
 

@@ -109,10 +109,10 @@ def default_client() -> Any:
     The store retries (through the injected clock) instead, so attempts are
     counted once. ``AWS_ENDPOINT_URL_DYNAMODB`` points it at an emulator.
     """
-    import boto3
     from botocore.config import Config
 
-    return boto3.client("dynamodb", config=Config(
+    from humpyard.aws.clients import client
+    return client("dynamodb", config=Config(
         retries={"total_max_attempts": 1}, connect_timeout=2, read_timeout=5))
 
 

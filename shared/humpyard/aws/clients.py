@@ -1,0 +1,27 @@
+"""Low-level AWS clients from botocore directly, without importing boto3.
+
+``boto3.client(name)`` is botocore's ``create_client`` on boto3's default
+session; importing boto3 also imports s3transfer, multiprocessing and the
+resource layer (~22 ms of import time here, on every cold start) for
+nothing humpyard calls. The clients are the same low-level clients (their
+user agent says ``Botocore/…`` where boto3's adds ``Boto3/…``). One botocore
+session per process is shared, as boto3's default session is, so the
+credentials and the endpoint data are resolved once.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+
+@functools.cache
+def session() -> Any:
+    """The botocore session every client below is created on (one per process)."""
+    import botocore.session
+    return botocore.session.get_session()
+
+
+def client(service: str, **kwargs: Any) -> Any:
+    """``boto3.client(service, **kwargs)`` without boto3: a botocore client."""
+    return session().create_client(service, **kwargs)
