@@ -7,15 +7,23 @@ measurement is a new ``python`` process with that tree first on ``sys.path``:
 
 - ``importtime``: ``python -X importtime -c "import humpyard.http.app"``: the
   cumulative import time and the heaviest top-level imports;
-- ``app``: import + ``create_app`` + one buffered chat request as a direct
-  ASGI call (to the running simulator), timed inside the child, plus the wall
-  time from spawn to the answer; also without byte-code, for comparison;
+- ``app``: import of ``humpyard.http.app`` (``import_ms``), then the build
+  (``create_app_ms``: importing the configuration loader — pydantic and the
+  schema models, ``config_import_ms`` — loading the file, ``config_load_ms``,
+  and ``create_app``), then one buffered chat request as a direct ASGI call
+  (to the running simulator, ``first_request_ms``), timed inside the child;
+  ``to_first_answer_ms`` is their sum, ``spawn_to_answer_ms`` the wall time
+  from spawn to the answer (with the interpreter's start); also without
+  byte-code, for comparison;
 - ``lambda`` (when ``functions/gateway/app.py`` exists): import the entry and
   call ``handler(event, context)`` with an API Gateway REST event
   (``GET /v1/models``, a path that function serves) against DynamoDB tables
-  on a local moto server. Its failures are recorded, not raised.
+  on a local moto server; ``to_first_answer_ms`` is import + first
+  invocation. Its failures are recorded, not raised.
 
-Every number is the median of ``repeat`` fresh processes.
+``*_cpu_ms`` are the same spans in CPU time of the child (``process_time``),
+steadier than wall time on a shared machine. Every number is the median of
+``repeat`` fresh processes.
 """
 
 from __future__ import annotations
@@ -36,12 +44,16 @@ from targets import ROOT, humpyard_config
 
 APP_CHILD = r"""
 import asyncio, json, sys, time
-t0 = time.perf_counter()
-from humpyard.config import load_config_text
+clock = time.perf_counter
+t0, c0 = clock(), time.process_time()
 from humpyard.http.app import create_app
-t1 = time.perf_counter()
-app = create_app(load_config_text(sys.argv[1], env={}))
-t2 = time.perf_counter()
+t1, c1 = clock(), time.process_time()
+from humpyard.config import load_config_text
+t1c = clock()
+config = load_config_text(sys.argv[1], env={})
+t1l = clock()
+app = create_app(config)
+t2, c2 = clock(), time.process_time()
 body = b'{"model":"bench","messages":[{"role":"user","content":"hi"}]}'
 scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
          "scheme": "http", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
@@ -58,18 +70,20 @@ async def call():
             out["status"] = m["status"]
     await app(scope, receive, send)
 asyncio.run(call())
-t3 = time.perf_counter()
+t3, c3 = clock(), time.process_time()
 print(json.dumps({"import_ms": (t1 - t0) * 1e3, "create_app_ms": (t2 - t1) * 1e3,
-                  "first_request_ms": (t3 - t2) * 1e3, "status": out.get("status"),
-                  "modules": len(sys.modules)}), flush=True)
+                  "config_import_ms": (t1c - t1) * 1e3, "config_load_ms": (t1l - t1c) * 1e3,
+                  "first_request_ms": (t3 - t2) * 1e3, "to_first_answer_ms": (t3 - t0) * 1e3,
+                  "import_cpu_ms": (c1 - c0) * 1e3, "to_first_answer_cpu_ms": (c3 - c0) * 1e3,
+                  "status": out.get("status"), "modules": len(sys.modules)}), flush=True)
 """
 
 LAMBDA_CHILD = r"""
 import json, sys, time
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 sys.path.insert(0, sys.argv[1])
 import app
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), time.process_time()
 event = {"resource": "/{proxy+}", "path": "/v1/models", "httpMethod": "GET",
          "headers": {"Host": "example.execute-api.us-east-1.amazonaws.com", "Accept": "*/*"},
          "multiValueHeaders": {"Host": ["example.execute-api.us-east-1.amazonaws.com"],
@@ -88,8 +102,10 @@ class Context:
     log_group_name = "/aws/lambda/humpyard-gateway"; log_stream_name = "bench"
     def get_remaining_time_in_millis(self): return 30000
 res = app.handler(event, Context())
-t2 = time.perf_counter()
+t2, c2 = time.perf_counter(), time.process_time()
 print(json.dumps({"import_ms": (t1 - t0) * 1e3, "first_invoke_ms": (t2 - t1) * 1e3,
+                  "to_first_answer_ms": (t2 - t0) * 1e3, "import_cpu_ms": (c1 - c0) * 1e3,
+                  "to_first_answer_cpu_ms": (c2 - c0) * 1e3,
                   "status": res.get("statusCode"), "modules": len(sys.modules)}), flush=True)
 """
 
@@ -191,7 +207,8 @@ def _lambda(tree: Path, tmp: Path, sim_port: int, repeat: int) -> dict[str, Any]
                "HUMPYARD_LEDGER_TABLE": "bench-ledger", "HUMPYARD_CONFIG": str(cfg),
                "LAMBDA_TASK_ROOT": str(fn), "POWERTOOLS_METRICS_NAMESPACE": "Bench"}
         res = _series(LAMBDA_CHILD, [str(fn)], tree, env, True, repeat,
-                      ("import_ms", "first_invoke_ms"))
+                      ("import_ms", "first_invoke_ms", "to_first_answer_ms", "import_cpu_ms",
+                       "to_first_answer_cpu_ms"))
         res["request"] = "GET /v1/models (API Gateway REST event through handler)"
         return res
     finally:
@@ -209,7 +226,9 @@ def measure(sim_port: int, repeat: int = 5) -> dict[str, Any]:
         runs = sorted((importtime(tree, "humpyard.http.app") for _ in range(3)),
                       key=lambda r: r["cumulative_ms"] or 0.0)
         out["importtime"] = runs[1]  # the median run of three
-        keys = ("import_ms", "create_app_ms", "first_request_ms")
+        keys = ("import_ms", "create_app_ms", "config_import_ms", "config_load_ms",
+                "first_request_ms", "to_first_answer_ms", "import_cpu_ms",
+                "to_first_answer_cpu_ms")
         for name, t, compiled in (("app", tree, True), ("app_no_bytecode", source, False)):
             try:
                 out[name] = _series(APP_CHILD, [cfg], t, {}, compiled, repeat, keys)
