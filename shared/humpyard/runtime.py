@@ -15,9 +15,7 @@ import random
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from humpyard.clock import Clock, SystemClock
 from humpyard.config.spec import Config
@@ -35,6 +33,11 @@ from humpyard.quota.poller import QuotaPoller
 from humpyard.store import Store, open_store
 from humpyard.store.writer import BackgroundWriter
 from humpyard.upstream.client import UpstreamClient
+
+if TYPE_CHECKING:
+    import httpx
+
+    from humpyard.upstream.transport import FastTransport
 
 log = logging.getLogger("humpyard.runtime")
 RETENTION_EVERY_SECS = 3600.0
@@ -61,7 +64,7 @@ class Gateway:
     """Everything one gateway process shares across requests."""
 
     def __init__(self, config: Config, store: Store | None = None, *,
-                 transport: httpx.AsyncBaseTransport | None = None,
+                 transport: FastTransport | httpx.AsyncBaseTransport | None = None,
                  clock: Clock | None = None, rng: random.Random | None = None,
                  policy: RoutingPolicy | None = None, health: Any = None,
                  latency: LatencyBook | None = None,
@@ -74,7 +77,7 @@ class Gateway:
         self.writer = writer or BackgroundWriter(self.store)
         self.health = health or HealthBook(health_settings(config))
         self.client = UpstreamClient(transport)
-        self.readiness = ReadinessProber(self.client.http, self.clock,
+        self.readiness = ReadinessProber(self._http, self.clock,
                                          config.raw.router.probe_interval_secs,
                                          config.raw.router.probe_timeout_secs)
         self.metrics = GatewayMetrics(Metrics())
@@ -83,13 +86,16 @@ class Gateway:
         self.route_rngs: dict[str, random.Random] = {}
         self._lock = threading.Lock()
         self._cached: _Cached | None = None
-        self.quota = QuotaPoller(config, self.store, self.clock, self.client.http,
+        self.quota = QuotaPoller(config, self.store, self.clock, self._http,
                                  metrics=self.metrics, cost_since=self._provider_cost_since)
         self._forbid_secrets(config)
         self._tiered: Any = None
         self.reloader: Any = None  # set by the Lambda wiring (aws/config_source.py)
         self.executor = Executor(self.client, self.health, self.readiness, self.clock,
                                  self.rng, on_latency=self._on_latency, on_event=self._on_event)
+
+    def _http(self) -> httpx.AsyncClient:
+        return self.client.http  # built on first use: probes and quota polls only
 
     @property
     def config(self) -> Config:

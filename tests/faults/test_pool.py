@@ -36,7 +36,7 @@ endpoints = [{{ provider = "p", model = "m" }}]
 
 def checked_out(client: UpstreamClient) -> list[str]:
     """Connections in use (the transport's ``connections``, as httpcore's pool names it)."""
-    pool = client.http._transport._pool  # type: ignore[attr-defined]
+    pool = client.fast
     return [repr(c) for c in pool.connections if not (c.is_idle() or c.is_closed())]
 
 

@@ -97,7 +97,7 @@ class Instrumented:
             return
         me = asyncio.current_task()
         tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
-        pool = self.gw.client.http._transport._pool  # type: ignore[attr-defined]
+        pool = self.gw.client.fast
         conns = [c for c in pool.connections if not c.is_closed()]
         body = json.dumps({
             "tasks": sorted(repr(t.get_coro()) for t in tasks),

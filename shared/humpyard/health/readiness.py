@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
-
-import httpx
+from typing import TYPE_CHECKING, Literal
 
 from humpyard.clock import Clock
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger("humpyard.health")
 
@@ -50,6 +52,8 @@ def probe_url(base_url: str, health_path: str) -> str:
 
     The path is always taken from the origin's root, with or without a leading ``/``.
     """
+    import httpx  # only providers with a health_path get here
+
     # One leading slash exactly: "//host/x" would otherwise name another host.
     return str(httpx.URL(base_url).join("/" + health_path.lstrip("/")))
 
@@ -57,13 +61,15 @@ def probe_url(base_url: str, health_path: str) -> str:
 class ReadinessProber:
     """Cached, bounded readiness probes over one shared ``httpx.AsyncClient``.
 
-    ``client`` is the gateway's client (its transport is the test seam); no
+    ``client`` returns the gateway's httpx client (built on the first probe, so
+    a gateway whose providers have no health path never imports httpx; its
+    transport is the test seam); no
     credentials or provider headers are sent to the health path.
     """
 
     def __init__(
         self,
-        client: httpx.AsyncClient,
+        client: Callable[[], httpx.AsyncClient],
         clock: Clock,
         interval_secs: float = 5.0,
         timeout_secs: float = 2.0,
@@ -130,9 +136,11 @@ class ReadinessProber:
                         extra={"provider": provider_name, "ready": ready})
 
     async def _probe(self, provider_name: str, url: str) -> bool:
+        import httpx
+
         try:
             async with asyncio.timeout(self.timeout_secs):
-                async with self._client.stream(
+                async with self._client().stream(
                     "GET", url, timeout=self.timeout_secs, follow_redirects=False
                 ) as response:
                     status = response.status_code

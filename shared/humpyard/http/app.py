@@ -6,8 +6,8 @@ import asyncio
 import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
-import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -22,6 +22,11 @@ from humpyard.http.errors import error_response
 from humpyard.runtime import Gateway
 from humpyard.store import Store
 
+if TYPE_CHECKING:
+    import httpx
+
+    from humpyard.upstream.transport import FastTransport
+
 
 async def not_found(request: Request, exc: Exception) -> Response:
     return error_response(HumpyardError(f"no such path: {request.method} {request.url.path}",
@@ -34,9 +39,10 @@ async def method_not_allowed(request: Request, exc: Exception) -> Response:
         status=405, code="method_not_allowed"))
 
 
-def create_app(config: Config, store: Store | None = None, transport:
-               httpx.AsyncBaseTransport | None = None, clock: Clock | None = None, *,
-               rng: random.Random | None = None, gateway: Gateway | None = None) -> Starlette:
+def create_app(config: Config, store: Store | None = None,
+               transport: FastTransport | httpx.AsyncBaseTransport | None = None,
+               clock: Clock | None = None, *, rng: random.Random | None = None,
+               gateway: Gateway | None = None) -> Starlette:
     """The gateway app. ``store``, ``transport``, ``clock`` and ``rng`` are the seams.
 
     The app's lifespan runs the gateway's background work (quota polling)

@@ -19,12 +19,13 @@ import json
 import math
 import re
 from datetime import UTC, datetime
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from humpyard.config.spec import ProviderSpec
 from humpyard.quota.base import QuotaReading, Window, key_destination_refusal
+
+if TYPE_CHECKING:
+    import httpx
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_WINDOWS = 8
@@ -39,6 +40,8 @@ class OpencodeGo:
 
     async def fetch(self, client: httpx.AsyncClient, provider: ProviderSpec,
                     timeout: float) -> QuotaReading:
+        import httpx  # not at module import: the request path never needs it
+
         url = provider.base_url.rstrip("/") + "/usage"
         refusal = key_destination_refusal(url, provider.base_url)
         if refusal is not None:

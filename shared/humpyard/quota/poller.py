@@ -22,9 +22,7 @@ import asyncio
 import logging
 import math
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
-
-import httpx
+from typing import TYPE_CHECKING, Any, Protocol
 
 from humpyard.clock import Clock
 from humpyard.config.spec import Config, ProviderSpec
@@ -32,6 +30,9 @@ from humpyard.metrics.gateway import GatewayMetrics
 from humpyard.quota import SOURCES
 from humpyard.quota.base import QuotaReading, QuotaSource, Window
 from humpyard.quota.view import empty_snapshot, iso, next_snapshot, provider_view, scrub
+
+if TYPE_CHECKING:
+    import httpx
 
 HISTORY_EVERY_SECS = 15 * 60.0
 DEFAULT_TIMEOUT_SECS = 10.0
@@ -67,11 +68,13 @@ class QuotaPoller:
     ``quota_poll_secs``). ``sources`` maps ``quota_source`` names to sources
     (default ``humpyard.quota.SOURCES``). With ``metrics``,
     ``humpyard_quota_percent{provider,window}`` has a series for each window of
-    fresh data only.
+    fresh data only. ``client`` is an ``httpx.AsyncClient`` or a function returning
+    one, called when a poll needs it (the gateway builds its client lazily).
     """
 
     def __init__(self, config: Config, store: QuotaStoreLike, clock: Clock,
-                 client: httpx.AsyncClient, metrics: GatewayMetrics | None = None, *,
+                 client: httpx.AsyncClient | Callable[[], httpx.AsyncClient],
+                 metrics: GatewayMetrics | None = None, *,
                  cost_since: CostSince | None = None,
                  sources: Mapping[str, QuotaSource] | None = None,
                  timeout: float | None = None) -> None:
@@ -86,6 +89,10 @@ class QuotaPoller:
         self._written: dict[str, dict[str, Any]] = {}  # what this poller last stored
         self._last_error: dict[str, str | None] = {}
         self._gauged: set[tuple[str, str]] = set()
+
+    def _http(self) -> httpx.AsyncClient:
+        c = self._client
+        return c() if callable(c) else c
 
     @property
     def config(self) -> Config:
@@ -156,7 +163,7 @@ class QuotaPoller:
         timeout = self.timeout()
         try:
             # The source bounds itself; this is the backstop for one that does not.
-            return await asyncio.wait_for(source.fetch(self._client, provider, timeout),
+            return await asyncio.wait_for(source.fetch(self._http(), provider, timeout),
                                           timeout + 1.0)
         except TimeoutError:
             return QuotaReading.failed(f"no answer within {timeout:g}s")

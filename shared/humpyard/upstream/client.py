@@ -1,160 +1,167 @@
-"""Calling an OpenAI-compatible upstream: one pooled httpx client, named failures.
+"""Calling an OpenAI-compatible upstream: one pooled client, named failures.
 
 ``UpstreamClient.open()`` sends one request to one endpoint and returns an
 ``UpstreamResponse`` whose body has not been read yet (the executor decides
 whether to buffer it or relay it as a stream); the caller must ``aclose()``
-it. Transport failures become ``TransportFailure`` with a message that names
+it. Transport failures are ``TransportFailure``s with a message that names
 the cause and the address (``connect refused 127.0.0.1:9``) and whether the
 request can have reached the wire (``never_delivered``).
+
+The request path is ``FastTransport`` with a request head built once per
+provider and path (the key, static headers and address do not change between
+requests); httpx is imported only for side traffic (``http``: readiness probes,
+quota polls) or when a test injects an httpx transport (``upstream/bridge.py``).
 """
 
 from __future__ import annotations
 
-import errno
-import socket
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from http.cookiejar import CookieJar
-from urllib.parse import urlsplit
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import quote, urlsplit
 
-import httpx
-
+from humpyard import __version__
 from humpyard.config.spec import ProviderSpec
-from humpyard.upstream.transport import FastTransport
+from humpyard.upstream.transport import FastTransport, Timeouts
+from humpyard.upstream.wire import Origin, TransportFailure, finish_head, head_prefix
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["TransportFailure", "UpstreamClient", "UpstreamResponse"]
+
+MAX_CACHED_HEADS = 256
+USER_AGENT = f"humpyard/{__version__}"
 
 
-class TransportFailure(Exception):
-    """No HTTP answer: ``kind`` is one of connect_refused, dns, connect_timeout,
-    connect_error, read_timeout, write_timeout, pool_timeout, reset, protocol."""
-
-    def __init__(self, kind: str, message: str):
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-
-    @property
-    def never_delivered(self) -> bool:
-        """True when no byte of the request can have reached the upstream."""
-        return self.kind in ("connect_refused", "dns", "connect_timeout", "connect_error")
+class _Body(Protocol):
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+    async def aclose(self) -> None: ...
 
 
-@dataclass(slots=True)
 class UpstreamResponse:
     """An answered call whose body is still unread."""
 
-    status: int
-    headers: httpx.Headers
-    _resp: httpx.Response
+    __slots__ = ("status", "headers", "_body")
+
+    def __init__(self, status: int, headers: Mapping[str, str], body: _Body):
+        self.status = status
+        self.headers = headers  # lower-case names
+        self._body = body
 
     async def read(self, limit: int | None = None) -> bytes:
-        """The whole body (or its first ``limit`` bytes, then closes)."""
-        if limit is None:
-            try:
-                return await self._resp.aread()
-            except httpx.HTTPError as e:
-                raise _as_failure(e, self._resp.request.url) from None
-        buf = bytearray()
-        try:
-            async for chunk in self._resp.aiter_raw():
-                buf += chunk
-                if len(buf) >= limit:
-                    break
-        except httpx.HTTPError as e:
-            raise _as_failure(e, self._resp.request.url) from None
-        return bytes(buf[:limit])
+        """The whole body (or its first ``limit`` bytes)."""
+        chunks: list[bytes] = []
+        n = 0
+        async for chunk in self._body:
+            chunks.append(chunk)
+            n += len(chunk)
+            if limit is not None and n >= limit:
+                break
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return data if limit is None else data[:limit]
 
-    async def iter_raw(self) -> AsyncIterator[bytes]:
-        """Body chunks as they arrive; transport errors become ``TransportFailure``."""
-        try:
-            async for chunk in self._resp.aiter_raw():
-                yield chunk
-        except httpx.HTTPError as e:
-            raise _as_failure(e, self._resp.request.url) from None
+    def iter_raw(self) -> AsyncIterator[bytes]:
+        """Body chunks as they arrive; transport errors are ``TransportFailure``s."""
+        return self._body.__aiter__()
 
     async def aclose(self) -> None:
-        await self._resp.aclose()
+        await self._body.aclose()
 
 
-def _address(url: httpx.URL | str) -> str:
-    parts = urlsplit(str(url))
-    host = parts.hostname or "?"
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return f"{host}:{port}"
+def _header_map(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in raw:
+        name, value = k.decode("latin-1").lower(), v.decode("latin-1")
+        out[name] = f"{out[name]}, {value}" if name in out else value
+    return out
 
 
-def _root_cause(e: BaseException) -> BaseException:
-    seen = 0
-    while (e.__cause__ or e.__context__) is not None and seen < 10:
-        e = e.__cause__ or e.__context__  # type: ignore[assignment]
-        seen += 1
-    return e
+def _request_headers(provider: ProviderSpec, extra: dict[str, str] | None) -> dict[str, str]:
+    # No accept-encoding: bodies are relayed as they come, never decompressed here.
+    headers = {"content-type": "application/json", "accept": "application/json",
+               "user-agent": USER_AGENT}
+    headers.update(provider.headers)
+    if extra:
+        headers.update(extra)
+    if provider.api_key:
+        headers["authorization"] = f"Bearer {provider.api_key}"
+    return headers
 
 
-def _as_failure(e: httpx.HTTPError, url: httpx.URL | str) -> TransportFailure:
-    addr = _address(url)
-    root = _root_cause(e)
-    if isinstance(e, httpx.ConnectTimeout):
-        return TransportFailure("connect_timeout", f"connect timeout {addr}")
-    if isinstance(e, httpx.ReadTimeout):
-        return TransportFailure("read_timeout", f"read timeout {addr}")
-    if isinstance(e, httpx.WriteTimeout):
-        return TransportFailure("write_timeout", f"write timeout {addr}")
-    if isinstance(e, httpx.PoolTimeout):
-        return TransportFailure("pool_timeout", f"connection pool timeout {addr}")
-    if isinstance(e, httpx.ConnectError):
-        if isinstance(root, socket.gaierror) or "name or service" in str(e).lower() \
-                or "nodename" in str(e).lower() or "name resolution" in str(e).lower():
-            host = urlsplit(str(url)).hostname or addr
-            return TransportFailure("dns", f"dns lookup failed {host}")
-        if isinstance(root, ConnectionRefusedError) or getattr(root, "errno", None) == \
-                errno.ECONNREFUSED or "refused" in str(e).lower():
-            return TransportFailure("connect_refused", f"connect refused {addr}")
-        return TransportFailure("connect_error", f"connect failed {addr}: {type(root).__name__}")
-    if isinstance(e, httpx.RemoteProtocolError):
-        return TransportFailure("reset", f"connection closed by upstream {addr}")
-    if isinstance(e, httpx.ReadError | httpx.WriteError):
-        return TransportFailure("reset", f"connection reset {addr}")
-    return TransportFailure("protocol", f"upstream protocol error {addr}: {type(e).__name__}")
-
-
-class _NoCookies(CookieJar):
-    """Upstream APIs take no cookies: skip httpx's per-response cookie parsing."""
-
-    def extract_cookies(self, response: object, request: object) -> None:  # type: ignore[override]
-        return None
-
-    def add_cookie_header(self, request: object) -> None:  # type: ignore[override]
-        return None
+_Head = tuple[ProviderSpec, Origin, bytes, Timeouts]
 
 
 class UpstreamClient:
-    """One pooled HTTP client for every provider; the transport is the test seam."""
+    """One pooled client for every provider; the transport is the test seam.
 
-    def __init__(self, transport: httpx.AsyncBaseTransport | None = None,
+    ``transport`` is a ``FastTransport`` (default) or any httpx transport (then
+    every call goes through httpx: tests with ``httpx.MockTransport``).
+    """
+
+    def __init__(self, transport: FastTransport | httpx.AsyncBaseTransport | None = None,
                  max_connections: int = 512):
-        if transport is None:  # asyncio streams, not httpcore: see upstream/transport.py
+        if transport is None:
             transport = FastTransport(max_connections=max_connections)
-        self.http = httpx.AsyncClient(transport=transport, trust_env=False,
-                                      cookies=_NoCookies())
+        self._transport: Any = transport
+        self.fast = transport if isinstance(transport, FastTransport) else None
+        self._http: httpx.AsyncClient | None = None
+        self._heads: dict[tuple[int, str], _Head] = {}
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """An ``httpx.AsyncClient`` over the same transport (built on first use)."""
+        if self._http is None:
+            from humpyard.upstream.bridge import http_client
+            self._http = http_client(self._transport)
+        return self._http
+
+    def _head(self, provider: ProviderSpec, path: str,
+              extra_headers: dict[str, str] | None) -> _Head:
+        key = (id(provider), path)
+        got = self._heads.get(key)
+        if got is not None and got[0] is provider and not extra_headers:
+            return got
+        parts = urlsplit(provider.base_url + path)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise TransportFailure("protocol", f"unsupported upstream URL scheme "
+                                   f"{parts.scheme!r} for provider {provider.name}")
+        origin = (parts.scheme, parts.hostname,
+                  parts.port or (443 if parts.scheme == "https" else 80))
+        target = quote(parts.path or "/", safe="/%:@!$&'()*+,;=-._~")
+        if parts.query:
+            target += "?" + parts.query
+        headers = _request_headers(provider, extra_headers)
+        raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+        host = parts.netloc.rpartition("@")[2].encode("ascii")
+        prefix = head_prefix("POST", target.encode("ascii"), host, raw)
+        timeouts = Timeouts(provider.connect_timeout_secs, provider.timeout_secs,
+                            provider.timeout_secs, provider.timeout_secs)
+        head = (provider, origin, prefix, timeouts)
+        if not extra_headers:
+            if len(self._heads) >= MAX_CACHED_HEADS:  # providers replaced by reloads
+                self._heads.clear()
+            self._heads[key] = head
+        return head
 
     async def open(self, provider: ProviderSpec, path: str, body: bytes, *,
                    extra_headers: dict[str, str] | None = None) -> UpstreamResponse:
         """POST ``body`` to ``provider.base_url + path``; the body is unread."""
-        url = provider.base_url + path
-        headers = {"content-type": "application/json", "accept": "application/json"}
-        headers.update(provider.headers)
-        if extra_headers:
-            headers.update(extra_headers)
-        if provider.api_key:
-            headers["authorization"] = f"Bearer {provider.api_key}"
-        timeout = httpx.Timeout(provider.timeout_secs, connect=provider.connect_timeout_secs)
-        req = self.http.build_request("POST", url, content=body, headers=headers,
-                                      timeout=timeout)
-        try:
-            resp = await self.http.send(req, stream=True)
-        except httpx.HTTPError as e:
-            raise _as_failure(e, url) from None
-        return UpstreamResponse(status=resp.status_code, headers=resp.headers, _resp=resp)
+        fast = self.fast
+        if fast is None:
+            return await self._open_via_httpx(provider, path, body, extra_headers)
+        _, origin, prefix, timeouts = self._head(provider, path, extra_headers)
+        ans = await fast.request(origin, finish_head(prefix, "POST", body), body, timeouts)
+        return UpstreamResponse(ans.status, _header_map(ans.headers), ans.body)
+
+    async def _open_via_httpx(self, provider: ProviderSpec, path: str, body: bytes,
+                              extra_headers: dict[str, str] | None) -> UpstreamResponse:
+        from humpyard.upstream.bridge import open_via_httpx
+        status, got, resp_body = await open_via_httpx(
+            self.http, provider, path, body, _request_headers(provider, extra_headers))
+        return UpstreamResponse(status, got, resp_body)
 
     async def aclose(self) -> None:
-        await self.http.aclose()
+        if self._http is not None:
+            await self._http.aclose()  # and the transport under it
+        else:
+            await self._transport.aclose()

@@ -1,15 +1,17 @@
-"""``FastTransport``: httpx's transport API over plain asyncio streams (HTTP/1.1).
+"""``FastTransport``: the upstream HTTP/1.1 client transport, on plain asyncio streams.
 
-It replaces httpcore, most of the gateway's CPU per upstream call, whose pool
-checks every pooled connection on every request (docs/decisions/0003). Per
+It replaces httpx + httpcore on the request path, most of the gateway's CPU per
+upstream call (docs/decisions/0003): the caller hands over a pre-built request
+head and body and gets the answer's status, headers and an unread body. Per
 (scheme, host, port) a LIFO list of idle keep-alive connections (one found
 closed by the upstream or idle past ``keepalive_expiry`` is dropped when taken);
 at most ``max_connections`` requests in flight, each holding its connection
 until its body ends or is closed; TLS context built on the first https dial.
 Bodies stream as they arrive (chunked: one chunk at a time). A pooled connection
 found closed is dropped before anything is sent; a request that failed after
-it was written is never re-sent (seed 004). Errors are httpx's, as ``client._as_failure``
-expects. One event loop at a time (a new loop starts with an empty pool).
+it was written is never re-sent (seed 004). Every failure is a ``TransportFailure``.
+One event loop at a time (a new loop starts with an empty pool). ``upstream/bridge.py``
+puts httpx's transport API over it for the readiness probes and quota polls.
 """
 
 from __future__ import annotations
@@ -18,9 +20,7 @@ import asyncio
 import errno
 import socket
 import ssl
-from typing import Any
-
-import httpx
+from typing import NamedTuple
 
 from humpyard.upstream.wire import (
     MAX_HEAD,
@@ -29,15 +29,34 @@ from humpyard.upstream.wire import (
     Conn,
     Head,
     Origin,
+    TransportFailure,
     closed_error,
+    protocol_error,
     read_error,
     recv,
-    request_head,
 )
 
 
-class FastTransport(httpx.AsyncBaseTransport):
-    """A keep-alive HTTP/1.1 transport on asyncio streams; see the module docstring."""
+class Timeouts(NamedTuple):
+    """Seconds (None: no limit) for connecting, each read, each write, a pool slot."""
+
+    connect: float | None
+    read: float | None
+    write: float | None
+    pool: float | None
+
+
+class Answer(NamedTuple):
+    """An answer's head; ``body`` is still unread (iterate it, or ``aclose()`` it)."""
+
+    status: int
+    reason: bytes
+    headers: list[tuple[bytes, bytes]]
+    body: Body
+
+
+class FastTransport:
+    """A keep-alive HTTP/1.1 client transport on asyncio streams; see the module docstring."""
 
     def __init__(self, max_connections: int = 512, *, max_idle_per_origin: int = 64,
                  keepalive_expiry: float = 60.0, ssl_context: ssl.SSLContext | None = None):
@@ -92,9 +111,9 @@ class FastTransport(httpx.AsyncBaseTransport):
         self._all.discard(conn)
         conn.close()
 
-    async def _connect(self, origin: Origin, timeout: float | None,
-                       request: httpx.Request) -> Conn:
+    async def _connect(self, origin: Origin, timeout: float | None) -> Conn:
         scheme, host, port = origin
+        addr = f"{host}:{port}"
         tls = None
         if scheme == "https":
             tls = self._ssl_context = self._ssl_context or _default_ssl_context()
@@ -103,51 +122,46 @@ class FastTransport(httpx.AsyncBaseTransport):
                 reader, writer = await asyncio.open_connection(
                     host, port, ssl=tls, server_hostname=host if tls else None, limit=READ)
         except TimeoutError as e:
-            raise httpx.ConnectTimeout(f"connect timeout {host}:{port}", request=request) from e
+            raise TransportFailure("connect_timeout", f"connect timeout {addr}") from e
         except socket.gaierror as e:
-            raise httpx.ConnectError(f"dns lookup failed {host}: {e}", request=request) from e
+            raise TransportFailure("dns", f"dns lookup failed {host}") from e
         except OSError as e:  # several addresses failing alike: "Multiple exceptions: [Errno…"
-            refused = isinstance(e, ConnectionRefusedError) or e.errno == errno.ECONNREFUSED \
-                or f"[Errno {errno.ECONNREFUSED}]" in str(e)
-            why = "connection refused" if refused else f"connect failed: {e}"
-            raise httpx.ConnectError(f"{why} {host}:{port}", request=request) from e
+            if isinstance(e, ConnectionRefusedError) or e.errno == errno.ECONNREFUSED \
+                    or f"[Errno {errno.ECONNREFUSED}]" in str(e):
+                raise TransportFailure("connect_refused", f"connect refused {addr}") from e
+            raise TransportFailure("connect_error",
+                                   f"connect failed {addr}: {type(e).__name__}") from e
         sock = writer.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = Conn(reader, writer)
+        conn = Conn(reader, writer, addr)
         self._all.add(conn)
         self.connects += 1
         return conn
 
     # -- one request ----------------------------------------------------------------
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    async def request(self, origin: Origin, head: bytes, body: bytes, timeouts: Timeouts,
+                      *, head_only: bool = False, close: bool = False) -> Answer:
+        """Send ``head`` + ``body`` to ``origin``; the answer's body is unread.
+
+        ``head`` is the request line and headers ending in an empty line (see
+        ``build_head``). Failures are ``TransportFailure``s.
+        """
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # the old loop's connections cannot serve this one
             self._loop, self._idle, self._all = loop, {}, set()
             self._slots = asyncio.Semaphore(self.max_connections)
         if self._closed:
-            raise httpx.ConnectError("the transport is closed", request=request)
-        url = request.url
-        if url.scheme not in ("http", "https"):
-            raise httpx.UnsupportedProtocol(f"unsupported scheme {url.scheme!r}",
-                                            request=request)
-        origin = (url.scheme, url.raw_host.decode("ascii"),
-                  url.port or (443 if url.scheme == "https" else 80))
-        timeouts: dict[str, Any] = request.extensions.get("timeout") or {}
-        try:
-            body = request.content
-        except httpx.RequestNotRead:
-            body = await request.aread()
-        head = request_head(request, body)
+            raise TransportFailure("connect_error", "the transport is closed")
         slots = self._slots
         if slots.locked():
             try:
-                async with asyncio.timeout(timeouts.get("pool")):
+                async with asyncio.timeout(timeouts.pool):
                     await slots.acquire()
             except TimeoutError as e:
-                raise httpx.PoolTimeout("no free connection in the pool",
-                                        request=request) from e
+                raise TransportFailure("pool_timeout", "connection pool timeout "
+                                       f"{origin[1]}:{origin[2]}") from e
         else:
             await slots.acquire()
         try:
@@ -157,15 +171,16 @@ class FastTransport(httpx.AsyncBaseTransport):
             # are re-sent); the executor fails over instead.
             conn = self._take(origin, loop.time())
             if conn is None:
-                conn = await self._connect(origin, timeouts.get("connect"), request)
-            return await self._exchange(conn, origin, request, head, body, timeouts, slots)
+                conn = await self._connect(origin, timeouts.connect)
+            return await self._exchange(conn, origin, head, body, timeouts, slots,
+                                        head_only, close)
         except BaseException:
             slots.release()
             raise
 
-    async def _exchange(self, conn: Conn, origin: Origin, request: httpx.Request,
-                        head: bytes, body: bytes, timeouts: dict[str, Any],
-                        slots: asyncio.Semaphore) -> httpx.Response:
+    async def _exchange(self, conn: Conn, origin: Origin, head: bytes, body: bytes,
+                        timeouts: Timeouts, slots: asyncio.Semaphore, head_only: bool,
+                        close: bool) -> Answer:
         """Send the request and read the answer's head on ``conn``, which this owns."""
         try:
             w = conn.writer
@@ -176,37 +191,34 @@ class FastTransport(httpx.AsyncBaseTransport):
                 w.write(body)
             if w.transport.get_write_buffer_size():
                 try:
-                    async with asyncio.timeout(timeouts.get("write")):
+                    async with asyncio.timeout(timeouts.write):
                         await w.drain()
                 except TimeoutError as e:
-                    raise httpx.WriteTimeout("write timeout", request=request) from e
+                    raise TransportFailure("write_timeout", f"write timeout {conn.addr}") from e
                 except OSError as e:
-                    raise httpx.WriteError(f"write failed: {e}", request=request) from e
+                    raise TransportFailure("reset", f"connection reset {conn.addr}") from e
             status = 100
             while 100 <= status < 200 and status != 101:  # informational: more follows
-                status, reason, headers, version = await self._read_head(
-                    conn, request, timeouts.get("read"))
-            stream = Body(self, origin, conn, request, status, headers, version,
-                           timeouts.get("read"), slots)
+                status, reason, headers, version = await self._read_head(conn, timeouts.read)
+            stream = Body(self, origin, conn, status, headers, version, timeouts.read, slots,
+                          head_only=head_only, close=close)
         except BaseException:
             self._drop(conn)
             raise
-        return httpx.Response(status, headers=headers, stream=stream, extensions={
-            "http_version": b"HTTP/1.1", "reason_phrase": reason})
+        return Answer(status, reason, headers, stream)
 
-    async def _read_head(self, conn: Conn, request: httpx.Request,
-                         timeout: float | None) -> Head:
+    async def _read_head(self, conn: Conn, timeout: float | None) -> Head:
         buf, start = conn.buf, 0
         while (end := buf.find(b"\r\n\r\n", start)) < 0:
             if len(buf) > MAX_HEAD:
-                raise httpx.RemoteProtocolError("response head too large", request=request)
+                raise protocol_error(conn.addr, "response head too large")
             start = max(0, len(buf) - 3)
             try:
                 data = await recv(conn, timeout)
             except Exception as e:
-                raise read_error(e, request) from e
+                raise read_error(e, conn.addr) from e
             if not data:
-                raise closed_error(request)
+                raise closed_error(conn.addr)
             conn.answered = True
             buf += data
         lines = bytes(buf[:end]).split(b"\r\n")
@@ -214,14 +226,12 @@ class FastTransport(httpx.AsyncBaseTransport):
         version, _, rest = lines[0].partition(b" ")
         code, _, reason = rest.partition(b" ")
         if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
-            raise httpx.RemoteProtocolError(f"malformed status line {lines[0][:80]!r}",
-                                            request=request)
+            raise protocol_error(conn.addr, f"malformed status line {lines[0][:80]!r}")
         headers = []
         for line in lines[1:]:
             name, colon, value = line.partition(b":")
             if not colon or not name or name != name.strip():
-                raise httpx.RemoteProtocolError(f"malformed header line {line[:80]!r}",
-                                                request=request)
+                raise protocol_error(conn.addr, f"malformed header line {line[:80]!r}")
             headers.append((name, value.strip()))
         return int(code), reason, headers, version
 

@@ -35,7 +35,8 @@ def run(test: Callable[[ReadinessProber, Upstream, FakeClock], Awaitable[None]],
 
     async def main() -> None:
         async with httpx.AsyncClient(transport=httpx.MockTransport(upstream)) as client:
-            await test(ReadinessProber(client, clock, interval_secs=interval), upstream, clock)
+            prober = ReadinessProber(lambda: client, clock, interval_secs=interval)
+            await test(prober, upstream, clock)
 
     asyncio.run(main())
     return upstream

@@ -1,4 +1,10 @@
-"""``FastTransport`` against real servers on loopback: bodies, keep-alive, errors, timeouts."""
+"""``FastTransport`` against real servers on loopback: bodies, keep-alive, errors, timeouts.
+
+Most tests drive it through ``HttpxBridge`` (httpx's API, as the readiness probes
+and quota polls use it); ``failure()`` reads the transport's own ``TransportFailure``
+under the httpx exception. ``tests/faults/test_pool.py`` and the end-to-end tests
+cover the request path, ``UpstreamClient.open`` on the transport directly.
+"""
 
 from __future__ import annotations
 
@@ -17,8 +23,10 @@ from typing import Any
 import httpx
 import pytest
 
-from humpyard.upstream.client import UpstreamClient, _as_failure
+from humpyard.upstream.bridge import HttpxBridge
+from humpyard.upstream.client import UpstreamClient
 from humpyard.upstream.transport import FastTransport
+from humpyard.upstream.wire import TransportFailure
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.servers import ServerThread, closed_port_url
 from tests.support.steps import (
@@ -47,7 +55,7 @@ def run(test: Callable[[httpx.AsyncClient, FastTransport], Awaitable[Any]],
     """Run ``test`` with a client over a fresh ``FastTransport``; both closed after."""
     async def main() -> Any:
         t = FastTransport(**transport)
-        async with httpx.AsyncClient(transport=t, timeout=5) as client:
+        async with httpx.AsyncClient(transport=HttpxBridge(t), timeout=5) as client:
             return await test(client, t)
     return asyncio.run(main())
 
@@ -284,7 +292,7 @@ def test_a_reused_connection_that_fails_after_sending_is_not_re_sent(up: FakeUps
         with pytest.raises(httpx.ReadError):
             await c.post(up.url + CHAT, json=chat())
         assert (await c.post(up.url + CHAT, json=chat())).status_code == 200
-        with pytest.raises(httpx.RemoteProtocolError):
+        with pytest.raises(httpx.ReadError):  # closed (FIN) after reading the request
             await c.post(up.url + CHAT, json=chat())
         assert (await c.post(up.url + CHAT, json=chat())).status_code == 200
         assert t.connects == 3
@@ -311,7 +319,7 @@ def test_no_retry_on_a_new_connection_or_once_the_answer_started(up: FakeUpstrea
         with pytest.raises(httpx.ReadError):  # a new connection: not retried
             await c.post(up.url + CHAT, json=chat())
         assert (await c.post(up.url + CHAT, json=chat())).status_code == 200
-        with pytest.raises(httpx.RemoteProtocolError):  # head and half a body, then FIN
+        with pytest.raises(httpx.ReadError):  # head and half a body, then FIN
             await c.post(up.url + CHAT, json=chat())
         assert (await c.post(up.url + CHAT, json=chat())).status_code == 200
         with pytest.raises(httpx.ReadError):  # reused, reset: never re-sent
@@ -352,7 +360,7 @@ def test_aclose_closes_every_connection(up: FakeUpstream) -> None:
 
     async def main() -> None:
         t = FastTransport()
-        c = httpx.AsyncClient(transport=t)
+        c = httpx.AsyncClient(transport=HttpxBridge(t))
         await asyncio.gather(*(c.post(up.url + CHAT, json=chat()) for _ in range(5)))
         busy = await c.send(c.build_request("POST", up.url + CHAT, json=chat(True)), stream=True)
         conns = t.connections
@@ -361,7 +369,7 @@ def test_aclose_closes_every_connection(up: FakeUpstream) -> None:
         assert all(x.is_closed() for x in conns) and t.connections == []
         await busy.aclose()
         with pytest.raises(httpx.ConnectError):
-            await t.handle_async_request(httpx.Request("GET", up.origin + "/health"))
+            await HttpxBridge(t).handle_async_request(httpx.Request("GET", up.origin + "/health"))
     asyncio.run(main())
 
 
@@ -369,7 +377,10 @@ def test_aclose_closes_every_connection(up: FakeUpstream) -> None:
 
 
 def failure(e: httpx.HTTPError, url: str) -> tuple[str, str]:
-    f = _as_failure(e, url)
+    """The transport's own failure under the bridge's httpx exception."""
+    f = e.__cause__
+    assert isinstance(f, TransportFailure), f
+    assert f"{url.split('/')[2]}" in f.message or url.split("/")[2].split(":")[0] in f.message
     return f.kind, f.message
 
 
@@ -379,7 +390,7 @@ def test_refused() -> None:
     async def test(c: httpx.AsyncClient, t: FastTransport) -> None:
         with pytest.raises(httpx.ConnectError) as info:
             await c.get(url)
-        assert isinstance(info.value.__cause__, ConnectionRefusedError)
+        assert isinstance(info.value.__cause__.__cause__, ConnectionRefusedError)
         assert "refused" in str(info.value)
         port = url.split(":")[2].split("/")[0]
         assert failure(info.value, url) == ("connect_refused", f"connect refused 127.0.0.1:{port}")
@@ -395,7 +406,7 @@ def test_dns_failure() -> None:
         url = "http://no-such-host.invalid/v1"
         with pytest.raises(httpx.ConnectError) as info:
             await c.get(url)
-        assert isinstance(info.value.__cause__, socket.gaierror)
+        assert isinstance(info.value.__cause__.__cause__, socket.gaierror)
         assert failure(info.value, url) == ("dns", "dns lookup failed no-such-host.invalid")
     run(test)
 
@@ -488,19 +499,18 @@ def test_pool_timeout(up: FakeUpstream) -> None:
     run(test, max_connections=1)
 
 
-@pytest.mark.parametrize(("step", "error"), [(reset(), httpx.ReadError),
-                                              (reset(hard=False), httpx.RemoteProtocolError)],
+@pytest.mark.parametrize(("step", "closed"), [(reset(), False), (reset(hard=False), True)],
                          ids=["rst", "fin"])
-def test_reset_before_the_answer(up: FakeUpstream, step: Step, error: type) -> None:
+def test_reset_before_the_answer(up: FakeUpstream, step: Step, closed: bool) -> None:
     up.script(step)
 
     async def test(c: httpx.AsyncClient, t: FastTransport) -> None:
-        with pytest.raises(error) as info:
+        with pytest.raises(httpx.ReadError) as info:
             await c.post(up.url + CHAT, json=chat())
         kind, message = failure(info.value, up.url)
         assert kind == "reset" and f"127.0.0.1:{up.port}" in message
-        if error is httpx.RemoteProtocolError:
-            assert message.startswith("connection closed by upstream")
+        assert message.startswith("connection closed by upstream" if closed
+                                  else "connection reset")
         assert t.connections == []
     run(test)
 
@@ -512,7 +522,7 @@ def test_connection_lost_mid_body(up: FakeUpstream, stream: bool) -> None:
     async def test(c: httpx.AsyncClient, t: FastTransport) -> None:
         async with c.stream("POST", up.url + CHAT, json=chat(stream)) as r:
             assert r.status_code == 200
-            with pytest.raises(httpx.RemoteProtocolError) as info:
+            with pytest.raises(httpx.ReadError) as info:
                 await r.aread()
         message = failure(info.value, up.url)[1]
         assert message == f"connection closed by upstream 127.0.0.1:{up.port}"
@@ -538,8 +548,10 @@ def test_cancelled_read_releases_the_slot_and_the_connection(up: FakeUpstream) -
 def test_upstream_client_uses_it_and_tls_context_is_lazy(up: FakeUpstream) -> None:
     async def main() -> None:
         client = UpstreamClient(max_connections=7)
-        t = client.http._transport
+        t = client.fast
         assert isinstance(t, FastTransport) and t.max_connections == 7
+        assert isinstance(client.http._transport, HttpxBridge)  # side traffic: same pool
+        assert client.http._transport.fast is t
         assert t._ssl_context is None
         assert (await client.http.get(up.origin + "/health")).status_code == 200
         assert t._ssl_context is None  # plain http never builds one
@@ -596,6 +608,6 @@ def test_https_to_a_local_tls_server(tmp_path: Path) -> None:
             assert t._ssl_context is None  # not built at construction
             with pytest.raises(httpx.ConnectError) as info:
                 await c.get(url)  # the default trust store does not know this certificate
-            assert isinstance(info.value.__cause__, ssl.SSLCertVerificationError)
+            assert isinstance(info.value.__cause__.__cause__, ssl.SSLCertVerificationError)
             assert isinstance(t._ssl_context, ssl.SSLContext)
         run(default)

@@ -1,0 +1,130 @@
+"""``UpstreamClient.open`` on ``FastTransport``: the request path, without httpx."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import pytest
+
+from humpyard.config import load_config_text
+from humpyard.config.spec import ProviderSpec
+from humpyard.upstream.client import TransportFailure, UpstreamClient
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.servers import closed_port_url
+from tests.support.steps import ok, reset, stall
+
+BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
+
+
+def provider(url: str, *, key: str = "sk-one", extra: str = "") -> ProviderSpec:
+    config = load_config_text(f"""
+[providers.p]
+base_url = "{url}"
+api_key_env = "P_KEY"
+timeout_secs = 1
+{extra}
+[targets.t]
+endpoints = [{{ provider = "p", model = "m" }}]
+""", env={"P_KEY": key})
+    return config.providers["p"]
+
+
+@pytest.fixture
+def up():
+    with FakeUpstream() as server:
+        yield server
+
+
+def test_request_head_carries_the_key_headers_and_the_path(up: FakeUpstream) -> None:
+    p = provider(up.url, extra='headers = { "x-org" = "acme" }')
+
+    async def main() -> None:
+        client = UpstreamClient()
+        try:
+            resp = await client.open(p, "/chat/completions", BODY)
+            assert resp.status == 200 and resp.headers["content-type"] == "application/json"
+            assert b'"choices"' in await resp.read()
+            await resp.aclose()
+            resp = await client.open(p, "/chat/completions", BODY, extra_headers={"x-one": "1"})
+            await resp.read()
+            await resp.aclose()
+        finally:
+            await client.aclose()
+    asyncio.run(main())
+    first, second = up.requests
+    assert first.path == "/v1/chat/completions" and first.json["model"] == "m"
+    assert first.headers["authorization"] == "Bearer sk-one"
+    assert first.headers["x-org"] == "acme" and first.headers["content-length"] == str(len(BODY))
+    assert first.headers["host"] == f"127.0.0.1:{up.port}"
+    assert "x-one" not in first.headers and second.headers["x-one"] == "1"
+
+
+def test_a_reloaded_provider_with_a_new_key_gets_a_new_head(up: FakeUpstream) -> None:
+    # equal except for the key, which is excluded from comparison: the cached
+    # head must follow the provider object, not its value
+    old, new = provider(up.url, key="sk-old"), provider(up.url, key="sk-new")
+    assert old == new
+
+    async def main() -> None:
+        client = UpstreamClient()
+        try:
+            for p in (old, new, old):
+                resp = await client.open(p, "/chat/completions", BODY)
+                await resp.read()
+                await resp.aclose()
+        finally:
+            await client.aclose()
+    asyncio.run(main())
+    assert [r.headers["authorization"] for r in up.requests] == \
+        ["Bearer sk-old", "Bearer sk-new", "Bearer sk-old"]
+
+
+@pytest.mark.parametrize(("script", "kind", "never_delivered"), [
+    (None, "connect_refused", True),
+    (reset(), "reset", False),
+    (stall(), "read_timeout", False),
+], ids=["refused", "reset", "timeout"])
+def test_failures_name_their_kind_and_address(up: FakeUpstream, script, kind: str,
+                                              never_delivered: bool) -> None:
+    url = closed_port_url() if script is None else up.url
+    if script is not None:
+        up.script(script, ok())
+    p = provider(url)
+    addr = url.split("/")[2]
+
+    async def main() -> None:
+        client = UpstreamClient()
+        try:
+            with pytest.raises(TransportFailure) as info:
+                await client.open(p, "/chat/completions", BODY)
+            assert info.value.kind == kind and info.value.never_delivered is never_delivered
+            assert addr in info.value.message and "sk-one" not in info.value.message
+            if script is not None:  # the pool recovers: the next call is answered
+                resp = await client.open(p, "/chat/completions", BODY)
+                assert resp.status == 200
+                await resp.aclose()
+        finally:
+            await client.aclose()
+    asyncio.run(main())
+
+
+def test_an_unsupported_scheme_is_a_named_failure() -> None:
+    async def main() -> None:
+        client = UpstreamClient()
+        try:
+            p = ProviderSpec(name="p", base_url="ftp://example.test/v1")
+            with pytest.raises(TransportFailure, match="unsupported upstream URL scheme 'ftp'"):
+                await client.open(p, "/chat/completions", BODY)
+        finally:
+            await client.aclose()
+    asyncio.run(main())
+
+
+def test_the_request_path_does_not_import_httpx() -> None:
+    code = ("import sys, humpyard.http.app, humpyard.runtime, humpyard.upstream.client; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('httpx', 'httpcore')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
