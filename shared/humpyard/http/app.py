@@ -6,18 +6,19 @@ import asyncio
 import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from humpyard.clock import Clock
 from humpyard.config.spec import Config
 from humpyard.errors import HumpyardError
 from humpyard.http import admin
-from humpyard.http.chat import chat_completions
+from humpyard.http.chat import Endpoint, chat_completions
 from humpyard.http.errors import error_response
 from humpyard.runtime import Gateway
 from humpyard.store import Store
@@ -65,10 +66,33 @@ def create_app(config: Config, store: Store | None = None,
             await gw.aclose()
 
     routes = [
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/chat/completions", Endpoint(chat_completions), methods=["POST"]),
         *admin.routes(),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={404: not_found, 405: method_not_allowed})
+    app = GatewayApp(routes=routes, lifespan=lifespan,
+                     exception_handlers={404: not_found, 405: method_not_allowed})
     app.state.gateway = gw
     return app
+
+
+class GatewayApp(Starlette):
+    """Starlette, with the two client paths dispatched before its middleware and router.
+
+    A ``POST`` to a path whose route is a plain-ASGI ``Endpoint`` goes straight to it
+    (the endpoints answer every error themselves, so the error middleware has nothing
+    to add); everything else, including other methods on those paths, is Starlette's.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._fast: dict[str, Endpoint] = {
+            r.path: r.endpoint for r in self.routes
+            if isinstance(r, Route) and isinstance(r.endpoint, Endpoint)}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
+            endpoint = self._fast.get(scope["path"])
+            if endpoint is not None:
+                scope["app"] = self
+                return await endpoint(scope, receive, send)
+        await super().__call__(scope, receive, send)

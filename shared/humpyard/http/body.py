@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from starlette.requests import Request
+from starlette.types import Receive
 
 from humpyard.errors import PayloadTooLarge, RequestError
 
@@ -19,7 +20,11 @@ MAX_HEADER_BYTES = 32 * 1024
 
 def lower_headers(request: Request) -> dict[str, str]:
     """Request headers with lowercased names; refuses absurd header sets."""
-    raw = request.scope["headers"]
+    return header_dict(request.scope["headers"])
+
+
+def header_dict(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """ASGI headers as a dict with lowercased names; refuses absurd header sets."""
     if len(raw) > MAX_HEADER_COUNT:
         raise RequestError(f"headers: at most {MAX_HEADER_COUNT} headers, got {len(raw)}",
                            status=431, code="headers_too_large")
@@ -36,7 +41,12 @@ def lower_headers(request: Request) -> dict[str, str]:
 
 async def read_json(request: Request, limit: int) -> Any:
     """The body parsed as JSON; 413 past ``limit`` bytes, 400 naming what is wrong."""
-    length = request.headers.get("content-length")
+    return await receive_json(request.receive, request.headers.get("content-length"), limit)
+
+
+async def receive_json(receive: Receive, length: str | None, limit: int) -> Any:
+    """The body from ASGI ``receive`` parsed as JSON (``length``: the Content-Length
+    header, if any); 413 past ``limit`` bytes, 400 naming what is wrong."""
     if length is not None:
         try:
             n = int(length)
@@ -46,12 +56,24 @@ async def read_json(request: Request, limit: int) -> Any:
             raise PayloadTooLarge(f"request body is {n} bytes; the limit is {limit}")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise RequestError("the client went away before sending the whole body",
+                               status=499, code="client_closed")
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
         chunks.append(chunk)
-    raw = b"".join(chunks)
+        if not message.get("more_body", False):
+            break
+    return parse_json(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+
+
+def parse_json(raw: bytes) -> Any:
+    """A request body as JSON: 400 naming what is wrong (encoding, syntax, nesting,
+    non-finite numbers, unpaired surrogates)."""
     if not raw:
         raise RequestError("request body is empty; expected a JSON object")
     try:

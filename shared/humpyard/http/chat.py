@@ -1,21 +1,22 @@
-"""``POST /v1/chat/completions``: OpenAI chat, buffered or streamed."""
+"""``POST /v1/chat/completions``: OpenAI chat, buffered or streamed; the intake both
+client paths share (``accept``) and their plain-ASGI ``Endpoint``."""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from humpyard.errors import HumpyardError
 from humpyard.executor.records import Served
 from humpyard.flow import Call, finish, new_request_id, serve
-from humpyard.http.body import lower_headers, read_json
-from humpyard.http.errors import error_response, internal_error, json_response
+from humpyard.http.body import header_dict, receive_json
+from humpyard.http.errors import error_reply, internal_reply, json_reply
+from humpyard.http.reply import Reply, send_reply, send_stream
 from humpyard.keys import authenticate
 from humpyard.protocols import sse
 from humpyard.protocols.openai import validate_chat
@@ -76,23 +77,25 @@ class Accepted:
     request_id: str
     call: Call | None = None
     served: Served | None = None
-    error: Response | None = None
+    error: Reply | None = None
 
 
-async def accept(request: Request, protocol: str, decode: Decode) -> Accepted:
+async def accept(gw: Gateway, scope: Scope, receive: Receive, protocol: str,
+                 decode: Decode) -> Accepted:
     """Authenticate, read, decode to an OpenAI chat body and serve; errors answered in the
     client protocol's shape, refusals before planning recorded too."""
-    gw: Gateway = request.app.state.gateway
     config = gw.config
-    rid = request.scope.get("state", {}).get("humpyard_request_id") or new_request_id()
+    state = scope.get("state")
+    rid = (state.get("humpyard_request_id") if state else None) or new_request_id()
     anthropic = protocol == "anthropic"
     call: Call | None = None
     headers: dict[str, str] = {}
     body: object = None
     try:
-        headers = lower_headers(request)
+        headers = header_dict(scope["headers"])
         key = authenticate(config.keys, headers)
-        body = await read_json(request, config.raw.max_body_bytes)
+        body = await receive_json(receive, headers.get("content-length"),
+                                  config.raw.max_body_bytes)
         chat_body, notes = decode(body)
         call = Call(request_id=rid, config=config, key=key, headers=headers,
                     body=validate_chat(chat_body), protocol=protocol, notes=notes)
@@ -100,29 +103,34 @@ async def accept(request: Request, protocol: str, decode: Decode) -> Accepted:
     except HumpyardError as e:
         if call is None:
             record_refusal(gw, rid, headers, body, e, protocol)
-        return Accepted(rid, error=error_response(e, anthropic=anthropic,
-                                                  headers=route_headers(call, None, rid)))
+        return Accepted(rid, error=error_reply(e, anthropic=anthropic,
+                                               headers=route_headers(call, None, rid)))
     except Exception as e:  # noqa: BLE001 - answered as a 500, logged with its trace
-        return Accepted(rid, error=internal_error(e, anthropic=anthropic,
+        return Accepted(rid, error=internal_reply(e, anthropic=anthropic,
                                                   headers={"x-humpyard-request-id": rid}))
     return Accepted(rid, call=call, served=served)
 
 
-def stream_headers(headers: dict[str, str]) -> dict[str, str]:
-    """Headers that keep proxies from buffering an event stream."""
-    return {**headers, "cache-control": "no-cache", "x-accel-buffering": "no"}
+class Endpoint:
+    """A client path as a plain ASGI app (no Starlette ``Request``/``Response``):
+    ``handler(gateway, scope, receive, send)``; the gateway is the app's."""
+
+    def __init__(self, handler: Callable[[Gateway, Scope, Receive, Send], Awaitable[None]]):
+        self.handler = handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.handler(scope["app"].state.gateway, scope, receive, send)
 
 
-async def chat_completions(request: Request) -> Response:
-    got = await accept(request, "openai", lambda body: (body, []))
+async def chat_completions(gw: Gateway, scope: Scope, receive: Receive, send: Send) -> None:
+    got = await accept(gw, scope, receive, "openai", lambda body: (body, []))
     if got.error is not None:
-        return got.error
+        return await send_reply(send, got.error)
     served = got.served
     assert served is not None
     out_headers = route_headers(got.call, served, got.request_id)
     if served.events is not None:
-        return StreamingResponse(sse_bytes(served), media_type="text/event-stream",
-                                 headers=stream_headers(out_headers))
+        return await send_stream(send, receive, out_headers, sse_bytes(served))
     if served.raw is not None:
-        return Response(served.raw, 200, out_headers, media_type="application/json")
-    return json_response(served.body, 200, out_headers)
+        return await send_reply(send, Reply(200, out_headers, served.raw))
+    await send_reply(send, json_reply(served.body, 200, out_headers))

@@ -1,4 +1,9 @@
-"""The one place errors become HTTP responses, in the client protocol's shape."""
+"""The one place errors become HTTP answers, in the client protocol's shape.
+
+``error_reply``/``json_reply`` give the parts (status, headers, body bytes) that
+the client paths send on their own (``http/reply.py``); ``error_response`` and
+``json_response`` wrap the same parts in Starlette responses for the admin API.
+"""
 
 from __future__ import annotations
 
@@ -9,19 +14,22 @@ import math
 from starlette.responses import Response
 
 from humpyard.errors import HumpyardError
+from humpyard.http.reply import Reply
 from humpyard.protocols.anthropic import error_body as anthropic_error_body
 
 log = logging.getLogger("humpyard.http")
 
 
-def json_response(data: object, status: int = 200, headers: dict[str, str] | None = None,
-                  ) -> Response:
-    body = json.dumps(data, separators=(",", ":"), ensure_ascii=False, default=str).encode()
-    return Response(body, status_code=status, headers=headers, media_type="application/json")
+def json_bytes(data: object) -> bytes:
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False, default=str).encode()
 
 
-def error_response(err: HumpyardError, *, anthropic: bool = False,
-                   headers: dict[str, str] | None = None) -> Response:
+def json_reply(data: object, status: int = 200, headers: dict[str, str] | None = None) -> Reply:
+    return Reply(status, headers or {}, json_bytes(data))
+
+
+def error_reply(err: HumpyardError, *, anthropic: bool = False,
+                headers: dict[str, str] | None = None) -> Reply:
     """``err`` as an OpenAI (default) or Anthropic error body with its status."""
     if err.retry_after is not None and err.retry_after > 0:
         headers = {**(headers or {}), "retry-after": str(max(1, math.ceil(err.retry_after)))}
@@ -29,12 +37,34 @@ def error_response(err: HumpyardError, *, anthropic: bool = False,
         body = anthropic_error_body(err.status, err.message)
     else:
         body = {"error": {"message": err.message, "type": err.type, "code": err.code}}
-    return json_response(body, err.status, headers)
+    return json_reply(body, err.status, headers)
+
+
+def internal_reply(exc: Exception, *, anthropic: bool = False,
+                   headers: dict[str, str] | None = None) -> Reply:
+    """An unexpected exception: logged with its trace, answered without details."""
+    log.exception("unexpected error: %s", type(exc).__name__)
+    return error_reply(HumpyardError("internal error; see the gateway log"),
+                       anthropic=anthropic, headers=headers)
+
+
+def as_response(reply: Reply) -> Response:
+    return Response(reply.body, status_code=reply.status, headers=reply.headers,
+                    media_type=reply.media_type)
+
+
+def json_response(data: object, status: int = 200, headers: dict[str, str] | None = None,
+                  ) -> Response:
+    return as_response(json_reply(data, status, headers))
+
+
+def error_response(err: HumpyardError, *, anthropic: bool = False,
+                   headers: dict[str, str] | None = None) -> Response:
+    """``err`` as an OpenAI (default) or Anthropic error body with its status."""
+    return as_response(error_reply(err, anthropic=anthropic, headers=headers))
 
 
 def internal_error(exc: Exception, *, anthropic: bool = False,
                    headers: dict[str, str] | None = None) -> Response:
     """An unexpected exception: logged with its trace, answered without details."""
-    log.exception("unexpected error: %s", type(exc).__name__)
-    return error_response(HumpyardError("internal error; see the gateway log"),
-                          anthropic=anthropic, headers=headers)
+    return as_response(internal_reply(exc, anthropic=anthropic, headers=headers))

@@ -12,14 +12,16 @@ import logging
 from collections.abc import AsyncIterator
 
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from humpyard.errors import HumpyardError
 from humpyard.executor.records import Served
 from humpyard.http.body import lower_headers, read_json
-from humpyard.http.chat import accept, route_headers, stream_headers
-from humpyard.http.errors import error_response, internal_error, json_response
+from humpyard.http.chat import Endpoint, accept, route_headers
+from humpyard.http.errors import error_response, internal_error, json_reply, json_response
+from humpyard.http.reply import send_reply, send_stream
 from humpyard.keys import authenticate
 from humpyard.planning.estimate import estimate_prompt_tokens
 from humpyard.protocols.anthropic import decode_request, encode_response, error_body
@@ -69,10 +71,10 @@ async def _translate(served: Served, translator: StreamTranslator) -> AsyncItera
     yield b"".join(encode_event(name, data) for name, data in translator.finish())
 
 
-async def messages(request: Request) -> Response:
-    got = await accept(request, "anthropic", decode_request)
+async def messages(gw: Gateway, scope: Scope, receive: Receive, send: Send) -> None:
+    got = await accept(gw, scope, receive, "anthropic", decode_request)
     if got.error is not None:
-        return got.error
+        return await send_reply(send, got.error)
     call, served, rid = got.call, got.served, got.request_id
     assert call is not None and served is not None
     out_headers = route_headers(call, served, rid)
@@ -80,12 +82,12 @@ async def messages(request: Request) -> Response:
     stops = call.body.get("stop") if isinstance(call.body.get("stop"), list) else None
     if served.events is not None:
         translator = StreamTranslator(model, "msg_" + rid[4:], stops)
-        return StreamingResponse(_translate(served, translator),
-                                 media_type="text/event-stream",
-                                 headers=stream_headers(out_headers))
+        return await send_stream(send, receive, out_headers, _translate(served, translator))
     assert served.body is not None
-    return json_response(encode_response(served.body, model=model, stop_sequences=stops,
-                                         message_id="msg_" + rid[4:]), 200, out_headers)
+    await send_reply(send, json_reply(encode_response(served.body, model=model,
+                                                      stop_sequences=stops,
+                                                      message_id="msg_" + rid[4:]),
+                                      200, out_headers))
 
 
 async def count_tokens(request: Request) -> Response:
@@ -106,6 +108,6 @@ async def count_tokens(request: Request) -> Response:
 
 def routes() -> list[Route]:
     return [
-        Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/messages", Endpoint(messages), methods=["POST"]),
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
     ]
