@@ -59,6 +59,7 @@ class Call:
     protocol: str = "openai"
     ts: float = 0.0
     started: float = field(default_factory=time.perf_counter)
+    answered: float | None = None  # perf_counter when a buffered answer was ready
     facts: RequestFacts | None = None
     plan: Plan | None = None
     attempts: list[Attempt] = field(default_factory=list)
@@ -81,7 +82,12 @@ def facts_for(call: Call) -> RequestFacts:
 
 
 async def serve(gw: Gateway, call: Call) -> Served:
-    """Plan and execute ``call``; on any error the decision is recorded before raising."""
+    """Plan and execute ``call``; on any error the decision is recorded before raising.
+
+    A stream is recorded when it ends. A buffered answer is recorded by the caller
+    with ``finish`` once it has been sent (in a ``finally``), so that recording
+    does not delay the client; its latency is taken when the answer was ready.
+    """
     call.ts = gw.clock.now()
     try:
         call.facts = facts = facts_for(call)
@@ -114,7 +120,7 @@ async def serve(gw: Gateway, call: Call) -> Served:
     if served.events is not None:
         served.events = _recorded_stream(gw, call, served, served.events)
     else:
-        finish(gw, call, status=200, served=served)
+        call.answered = time.perf_counter()
     return served
 
 
@@ -169,7 +175,7 @@ def finish(gw: Gateway, call: Call, *, status: int, served: Served | None = None
 
 def _finish(gw: Gateway, call: Call, status: int, served: Served | None,
             error: HumpyardError | None, stream_error: str | None) -> None:
-    latency_ms = (time.perf_counter() - call.started) * 1000
+    latency_ms = ((call.answered or time.perf_counter()) - call.started) * 1000
     usage = dict(served.usage) if served else {}
     cost = 0.0
     if served is not None and usage:

@@ -91,6 +91,9 @@ class Gateway:
         self._forbid_secrets(config)
         self._tiered: Any = None
         self.reloader: Any = None  # set by the Lambda wiring (aws/config_source.py)
+        # A buffered answer is recorded after it is sent, unless the process may be
+        # frozen once its answer is complete (Lambda: see aws/flush.py).
+        self.record_before_reply = False
         self.executor = Executor(self.client, self.health, self.readiness, self.clock,
                                  self.rng, on_latency=self._on_latency, on_event=self._on_event)
 

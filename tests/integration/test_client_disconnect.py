@@ -3,11 +3,17 @@ it and records the request at once, on both client paths (real sockets)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 
 import pytest
 
+from humpyard.clock import SystemClock
+from humpyard.config import load_config_text
+from humpyard.http.app import create_app
+from humpyard.runtime import Gateway
+from humpyard.store import open_store
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway import running_gateway
 from tests.support.steps import ok
@@ -61,3 +67,43 @@ def test_leaving_mid_stream_closes_the_upstream_and_records_the_request(protocol
         assert decision["status"] == 200 and decision["target"] == "t"
         # the upstream connection was closed, not kept reading for nobody
         assert [c for c in gw.gw.client.fast.connections if not c.is_idle()] == []
+
+
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+def test_a_buffered_answer_the_client_never_got_is_still_recorded(protocol: str) -> None:
+    # the answer is recorded after it is sent (http/chat.py send_served); a send that
+    # fails must not lose the record
+    path, body = REQUESTS[protocol]
+    body = body.replace(b'"stream":true', b'"stream":false')
+    with FakeUpstream() as up:
+        config_ = load_config_text(config(up.url), env={})
+        gw = Gateway(config_, open_store(":memory:", SystemClock()))
+        app = create_app(config_, gateway=gw)
+        sent: list[str] = []
+
+        async def receive() -> dict:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: dict) -> None:
+            sent.append(message["type"])
+            if message["type"] == "http.response.body":
+                raise OSError("the client is gone")
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+                 "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
+                 "query_string": b"", "root_path": "", "client": ("127.0.0.1", 1),
+                 "server": ("127.0.0.1", 2),
+                 "headers": [(b"content-type", b"application/json"),
+                             (b"content-length", str(len(body)).encode())]}
+
+        async def main() -> list:
+            try:
+                with pytest.raises(OSError):
+                    await app(scope, receive, send)
+                assert gw.writer.flush(5)
+                return gw.store.list_decisions(limit=10)[0]
+            finally:
+                await gw.aclose()
+        [decision] = asyncio.run(main())
+        assert sent == ["http.response.start", "http.response.body"]
+        assert decision["status"] == 200 and decision["outcome"] == "ok"

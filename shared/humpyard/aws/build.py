@@ -91,6 +91,7 @@ def build_gateway(env: LambdaEnv, *, dynamodb: Any = None, secretsmanager: Any =
     writer = BackgroundWriter(store)
     gw = Gateway(config, store, transport=transport, clock=clock, health=health,
                  latency=latency, writer=writer)
+    gw.record_before_reply = True  # the instance may be frozen after its last byte
     gw.reloader = ConfigReloader(source, lambda: gw.config, gw.swap_config, values, clock,
                                  version=version)
     return gw

@@ -127,10 +127,23 @@ async def chat_completions(gw: Gateway, scope: Scope, receive: Receive, send: Se
     if got.error is not None:
         return await send_reply(send, got.error)
     served = got.served
-    assert served is not None
+    assert served is not None and got.call is not None
     out_headers = route_headers(got.call, served, got.request_id)
     if served.events is not None:
         return await send_stream(send, receive, out_headers, sse_bytes(served))
-    if served.raw is not None:
-        return await send_reply(send, Reply(200, out_headers, served.raw))
-    await send_reply(send, json_reply(served.body, 200, out_headers))
+    reply = Reply(200, out_headers, served.raw) if served.raw is not None \
+        else json_reply(served.body, 200, out_headers)
+    await send_served(gw, got.call, served, send, reply)
+
+
+async def send_served(gw: Gateway, call: Call, served: Served, send: Send,
+                      reply: Reply) -> None:
+    """Send a buffered answer and record it: after sending, so that recording does not
+    delay the client, unless the gateway must record first (Lambda, aws/flush.py)."""
+    if gw.record_before_reply:
+        finish(gw, call, status=200, served=served)
+        return await send_reply(send, reply)
+    try:
+        await send_reply(send, reply)
+    finally:
+        finish(gw, call, status=200, served=served)

@@ -18,9 +18,16 @@ from starlette.types import Receive, Scope, Send
 
 from humpyard.errors import HumpyardError
 from humpyard.executor.records import Served
+from humpyard.flow import finish
 from humpyard.http.body import lower_headers, read_json
-from humpyard.http.chat import Endpoint, accept, route_headers
-from humpyard.http.errors import error_response, internal_error, json_reply, json_response
+from humpyard.http.chat import Endpoint, accept, route_headers, send_served
+from humpyard.http.errors import (
+    error_response,
+    internal_error,
+    internal_reply,
+    json_reply,
+    json_response,
+)
 from humpyard.http.reply import send_reply, send_stream
 from humpyard.keys import authenticate
 from humpyard.planning.estimate import estimate_prompt_tokens
@@ -84,10 +91,14 @@ async def messages(gw: Gateway, scope: Scope, receive: Receive, send: Send) -> N
         translator = StreamTranslator(model, "msg_" + rid[4:], stops)
         return await send_stream(send, receive, out_headers, _translate(served, translator))
     assert served.body is not None
-    await send_reply(send, json_reply(encode_response(served.body, model=model,
-                                                      stop_sequences=stops,
-                                                      message_id="msg_" + rid[4:]),
-                                      200, out_headers))
+    try:
+        answer = encode_response(served.body, model=model, stop_sequences=stops,
+                                 message_id="msg_" + rid[4:])
+    except Exception as e:  # noqa: BLE001 - a bug: answered as a 500, still recorded
+        finish(gw, call, status=500, error=HumpyardError("internal error; see the gateway log"))
+        return await send_reply(send, internal_reply(e, anthropic=True,
+                                                     headers={"x-humpyard-request-id": rid}))
+    await send_served(gw, call, served, send, json_reply(answer, 200, out_headers))
 
 
 async def count_tokens(request: Request) -> Response:
