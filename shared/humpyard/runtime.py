@@ -31,7 +31,7 @@ from humpyard.planning.policy import RoutingPolicy
 from humpyard.planning.types import EndpointHealth, LatencyFigure, Override, StateSnapshot
 from humpyard.quota.poller import QuotaPoller
 from humpyard.store import Store, open_store
-from humpyard.store.writer import BackgroundWriter
+from humpyard.store.writer import BackgroundWriter, InlineWriter, writer_for
 from humpyard.upstream.client import UpstreamClient
 
 if TYPE_CHECKING:
@@ -68,13 +68,13 @@ class Gateway:
                  clock: Clock | None = None, rng: random.Random | None = None,
                  policy: RoutingPolicy | None = None, health: Any = None,
                  latency: LatencyBook | None = None,
-                 writer: BackgroundWriter | None = None):
+                 writer: BackgroundWriter | InlineWriter | None = None):
         self.clock = clock or SystemClock()
         self.rng = rng or random.Random()
         self._config = config
         self.store = store if store is not None else open_store(
             config.raw.ledger.path if config.raw.ledger else None, self.clock)
-        self.writer = writer or BackgroundWriter(self.store)
+        self.writer = writer or writer_for(self.store)
         self.health = health or HealthBook(health_settings(config))
         self.client = UpstreamClient(transport)
         self.readiness = ReadinessProber(self._http, self.clock,

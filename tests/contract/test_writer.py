@@ -104,3 +104,29 @@ def test_run_reads_off_the_event_loop(db: SQLiteStore) -> None:
         return found, page[0]["request_id"]
 
     assert asyncio.run(read()) == (decision("r1", T0), "r1")
+
+
+def test_the_memory_store_is_written_inline_and_failures_are_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from humpyard.store import MemoryStore
+    from humpyard.store.writer import InlineWriter, writer_for
+
+    caplog.set_level(logging.ERROR, logger="humpyard.store")
+    store = MemoryStore()
+    writer = writer_for(store)
+    assert isinstance(writer, InlineWriter)
+    assert writer.submit("append_decision", decision("m1", T0))
+    assert store.get_decision("m1") is not None  # at once, no thread involved
+    assert writer.submit("append_decision", decision("m1", T0))  # a conflict: logged
+    assert "request_id=m1" in caplog.records[-1].getMessage()
+    assert writer.flush(0) and writer.pending == 0 and writer.close()
+
+
+def test_a_store_with_io_gets_the_thread(db: SQLiteStore) -> None:
+    from humpyard.store.writer import writer_for
+
+    writer = writer_for(db)
+    try:
+        assert isinstance(writer, BackgroundWriter)
+    finally:
+        writer.close(timeout=5)

@@ -125,11 +125,44 @@ class BackgroundWriter:
                     self._cond.notify_all()
 
     def _perform(self, call: _Call) -> None:
-        fn_name, args, kw = call
+        perform(self._store, call)
+
+
+def perform(store: Any, call: _Call) -> None:
+    """``store.<fn_name>(*args, **kw)``; a failure is logged as unsaved, never raised."""
+    fn_name, args, kw = call
+    try:
+        getattr(store, fn_name)(*args, **kw)
+    except Exception as exc:
         try:
-            getattr(self._store, fn_name)(*args, **kw)
-        except Exception as exc:
-            try:
-                log_unsaved(fn_name, args, kw, f"{type(exc).__name__}: {exc}", exc)
-            except Exception:  # logging must never kill the writer thread
-                pass
+            log_unsaved(fn_name, args, kw, f"{type(exc).__name__}: {exc}", exc)
+        except Exception:  # logging must never kill the writer thread
+            pass
+
+
+class InlineWriter:
+    """``BackgroundWriter``'s interface for a store that does no I/O (``MemoryStore``):
+    each call runs at once in the caller's thread. Handing a call to a thread costs
+    more than the call itself (a wake-up and two GIL hand-offs per request)."""
+
+    pending = 0
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def submit(self, fn_name: str, *args: Any, **kw: Any) -> bool:
+        perform(self._store, (fn_name, args, kw))
+        return True
+
+    def flush(self, timeout: float | None = None) -> bool:
+        return True
+
+    def close(self, timeout: float | None = None) -> bool:
+        return True
+
+
+def writer_for(store: Any) -> BackgroundWriter | InlineWriter:
+    """The writer a store wants: inline for the in-process memory store, else a thread."""
+    if getattr(store, "kind", None) == "memory":
+        return InlineWriter(store)
+    return BackgroundWriter(store)
