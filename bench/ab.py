@@ -2,6 +2,11 @@
 
     python bench/ab.py [--variants stock,quiet,fast-loop] [--rounds 5] [--seconds 3]
                        [--connections 1] [--site bench/.peers/fast-site]
+    python bench/ab.py --variants rev:HEAD~3,rev:worktree   # two revisions, as shipped
+
+A variant is one of ``variant_server.py``'s experiments, or ``rev:<git revision>``:
+``humpyard serve`` as that revision ships it (its ``shared/`` exported with
+``git archive``; ``rev:worktree`` is the working tree, uncommitted changes included).
 
 Starts a simulator and one ``variant_server.py`` per variant (all pinned to
 the gateway CPU, idle but one at a time), then for each round drives every
@@ -14,9 +19,12 @@ variant's cost when other work shares the machine.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import statistics
+import subprocess
 import sys
+import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -35,6 +43,27 @@ from procs import (
     start,
     wait_http,
 )
+
+
+def server_cmd(variant: str, cfg: Path, port: int, site: str,
+               tmp: Path) -> tuple[list[str], dict[str, str]]:
+    """The command (and environment) that serves ``variant`` on ``port``."""
+    if not variant.startswith("rev:"):
+        return [sys.executable, str(tg.BENCH / "variant_server.py"), "--config", str(cfg),
+                "--port", str(port), "--variant", variant, "--site", site], {}
+    rev = variant[4:]
+    shared = tg.ROOT / "shared"
+    if rev != "worktree":
+        out = tmp / ("rev-" + "".join(c if c.isalnum() else "_" for c in rev))
+        archive = subprocess.run(["git", "-C", str(tg.ROOT), "archive", rev, "shared"],
+                                 capture_output=True, check=True).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(out, filter="data")
+        shared = out / "shared"
+    code = "import sys; from humpyard.cli import main; sys.exit(main())"
+    return ([sys.executable, "-c", code, "serve", "--config",
+             str(cfg), "--host", "127.0.0.1", "--port", str(port)],
+            {"PYTHONPATH": str(shared)})
 
 
 def main() -> int:
@@ -64,9 +93,8 @@ def main() -> int:
         servers = {}
         for n in names:
             port = free_port()
-            proc = start(n, pin([sys.executable, str(tg.BENCH / "variant_server.py"),
-                                 "--config", str(cfg), "--port", str(port), "--variant", n,
-                                 "--site", a.site], GATEWAY_CPU), tmp / f"{n}.log")
+            cmd, env = server_cmd(n, cfg, port, a.site, tmp)
+            proc = start(n, pin(cmd, GATEWAY_CPU), tmp / f"{n.replace(':', '-')}.log", env=env)
             procs.append(proc)
             wait_http(port, "/v1/models", proc, 60)
             wrkload.throughput(port, model=tg.ROUTE, stream=a.stream, connections=4,

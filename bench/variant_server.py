@@ -30,40 +30,14 @@ import argparse
 import asyncio
 import logging
 import sys
-from typing import Any
 
 VARIANTS = ("stock", "quiet", "inline-writer", "switch-1ms", "fast-loop", "raw-transport",
             "all", "best")
 
 
-class InlineWriter:
-    """The ``BackgroundWriter`` interface, performing each call at once in the caller."""
-
-    def __init__(self, store: Any) -> None:
-        self._store = store
-
-    @property
-    def pending(self) -> int:
-        return 0
-
-    def submit(self, fn_name: str, *args: Any, **kw: Any) -> bool:
-        try:
-            getattr(self._store, fn_name)(*args, **kw)
-        except Exception:  # noqa: BLE001 - same contract as the real writer: never raise
-            logging.getLogger("humpyard.store").exception("inline write %s failed", fn_name)
-        return False
-
-    def flush(self, timeout: float | None = None) -> bool:
-        return True
-
-    def close(self, timeout: float | None = None) -> bool:
-        return True
-
-
 async def _serve(args: argparse.Namespace) -> None:
     import uvicorn
 
-    from humpyard.cli import _uvicorn_extras
     from humpyard.clock import SystemClock
     from humpyard.config import load_config
     from humpyard.http.app import create_app
@@ -74,6 +48,7 @@ async def _serve(args: argparse.Namespace) -> None:
     writer = None
     if v in ("inline-writer", "all"):
         from humpyard.store import open_store
+        from humpyard.store.writer import InlineWriter
         store = open_store(cfg.raw.ledger.path if cfg.raw.ledger else None, SystemClock())
         writer = InlineWriter(store)
         gw = Gateway(cfg, store, writer=writer)  # type: ignore[arg-type]
@@ -83,7 +58,7 @@ async def _serve(args: argparse.Namespace) -> None:
     else:
         gw = Gateway(cfg)
     app = create_app(cfg, gateway=gw)
-    extras = _uvicorn_extras() if v in ("fast-loop", "all", "best") else {}
+    extras = {"http": "httptools"} if v in ("fast-loop", "all", "best") else {}
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=args.port,
                                            access_log=False, log_config=None,
                                            timeout_keep_alive=75, **extras))  # type: ignore[arg-type]
