@@ -6,7 +6,8 @@
 
 A variant is one of ``variant_server.py``'s experiments, or ``rev:<git revision>``:
 ``humpyard serve`` as that revision ships it (its ``shared/`` exported with
-``git archive``; ``rev:worktree`` is the working tree, uncommitted changes included).
+``git archive``; ``rev:worktree`` is the working tree, uncommitted changes included;
+``rev:/some/dir`` serves ``/some/dir/shared``, e.g. a copy taken before an edit).
 
 Starts a simulator and one ``variant_server.py`` per variant (all pinned to
 the gateway CPU, idle but one at a time), then for each round drives every
@@ -53,7 +54,9 @@ def server_cmd(variant: str, cfg: Path, port: int, site: str,
                 "--port", str(port), "--variant", variant, "--site", site], {}
     rev = variant[4:]
     shared = tg.ROOT / "shared"
-    if rev != "worktree":
+    if rev.startswith("/"):  # a copy of a tree, e.g. before an uncommitted change
+        shared = Path(rev) / "shared"
+    elif rev != "worktree":
         out = tmp / ("rev-" + "".join(c if c.isalnum() else "_" for c in rev))
         archive = subprocess.run(["git", "-C", str(tg.ROOT), "archive", rev, "shared"],
                                  capture_output=True, check=True).stdout
@@ -94,7 +97,8 @@ def main() -> int:
         for n in names:
             port = free_port()
             cmd, env = server_cmd(n, cfg, port, a.site, tmp)
-            proc = start(n, pin(cmd, GATEWAY_CPU), tmp / f"{n.replace(':', '-')}.log", env=env)
+            log = "".join(c if c.isalnum() else "-" for c in n) + ".log"
+            proc = start(n, pin(cmd, GATEWAY_CPU), tmp / log, env=env)
             procs.append(proc)
             wait_http(port, "/v1/models", proc, 60)
             wrkload.throughput(port, model=tg.ROUTE, stream=a.stream, connections=4,

@@ -48,6 +48,7 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
     planner = next((c for c in _get(results, "planner", "cells") or []
                     if c["targets"] == 100 and c["rules"] == 50), None)
     cold = _get(results, "cold_start", "app", "import_ms")
+    cold_lambda = _get(results, "cold_start", "lambda", "import_ms")
     rows = [
         ("added p50, 1 connection, buffered", "<= 0.5 ms",
          _get(add, "buffered_c1", "total_p50_ms"), lambda v: v <= 0.5, "ms"),
@@ -63,6 +64,8 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
         ("cold import of humpyard.http.app (unchecked-hash bytecode, median)", "<= 250 ms",
          cold,
          lambda v: v <= 250, "ms"),
+        ("cold import of the Lambda entry functions/gateway/app.py (bytecode, median)",
+         "<= 250 ms", cold_lambda, lambda v: v <= 250, "ms"),
         ("idle RSS", "<= 80 MB", _get(hy, "memory", "idle_mb"), lambda v: v <= 80, "MB"),
     ]
     out = []
@@ -162,17 +165,19 @@ def _cold_md(results: dict[str, Any]) -> list[str]:
     out = ["", "## Cold start (median of fresh processes, ms)", "",
            f"Interpreter alone: {_f(c.get('interpreter_ms'), 1)}. "
            f"`-X importtime` of `humpyard.http.app`: {_f(it.get('cumulative_ms'), 1)}.", "",
-           "| entry | import | build | first answer | spawn → answer |", "|---|---|---|---|---|"]
+           "| entry | import | build | first answer | import → answer | spawn → answer |",
+           "|---|---|---|---|---|---|"]
     for name, label in (("app", "create_app + ASGI chat request, unchecked-hash bytecode"),
                         ("app_no_bytecode", "same, compiled from source every start"),
                         ("lambda", "functions/gateway/app.py handler, REST event")):
         d = c.get(name) or {}
         if "error" in d:
-            out.append(f"| {label} | not measured: {d['error'].splitlines()[-1][:160]} ||||")
+            out.append(f"| {label} | not measured: {d['error'].splitlines()[-1][:160]} |||||")
             continue
         out.append(f"| {label} | {_f(d.get('import_ms'), 1)} | "
                    f"{_f(d.get('create_app_ms'), 1)} | "
                    f"{_f(d.get('first_request_ms', d.get('first_invoke_ms')), 1)} | "
+                   f"{_f(d.get('to_first_answer_ms'), 1)} | "
                    f"{_f(d.get('spawn_to_answer_ms'), 1)} |")
     heavy = it.get("own_ms_by_package") or []
     if heavy:

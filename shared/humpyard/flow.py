@@ -8,6 +8,7 @@ too, leaves exactly one decision in the ledger (``finish``).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
@@ -84,7 +85,8 @@ def facts_for(call: Call) -> RequestFacts:
 async def serve(gw: Gateway, call: Call) -> Served:
     """Plan and execute ``call``; on any error the decision is recorded before raising.
 
-    A stream is recorded when it ends. A buffered answer is recorded by the caller
+    A stream is recorded when it ends, once its last bytes are sent (before them
+    when ``gw.record_before_reply``). A buffered answer is recorded by the caller
     with ``finish`` once it has been sent (in a ``finally``), so that recording
     does not delay the client; its latency is taken when the answer was ready.
     """
@@ -144,7 +146,11 @@ async def _recorded_stream(gw: Gateway, call: Call, served: Served,
         raise
     finally:
         await served.aclose()
-        finish(gw, call, status=200, served=served, stream_error=broken)
+        if gw.record_before_reply:
+            finish(gw, call, status=200, served=served, stream_error=broken)
+        else:  # after the stream's last bytes have been sent, as for a buffered answer
+            asyncio.get_running_loop().call_soon(
+                lambda: finish(gw, call, status=200, served=served, stream_error=broken))
 
 
 def _count_removals(gw: Gateway, plan: Plan) -> None:
