@@ -32,8 +32,8 @@ def added(results: dict[str, Any]) -> dict[str, Any]:
             if not base:
                 continue
             rows[run] = {k: round(d[k] - base[k], 3) for k in d
-                         if k.endswith("_ms") and d.get(k) is not None
-                         and base.get(k) is not None}
+                         if k.endswith("_ms") and isinstance(d.get(k), int | float)
+                         and isinstance(base.get(k), int | float)}
         out[name] = rows
     return out
 
@@ -195,7 +195,22 @@ def readme_block(results: dict[str, Any]) -> str:
     return "\n".join([
         f"Last run {results['finished']} on {m['nproc']} cores ({m['cpu_model']}), "
         f"Python {m['python']}, `{results['command']}`; full tables in "
-        "`bench/results/latest.md`.", "", *rows])
+        "`bench/results/latest.md`.", "", *rows, *_peers_line(results)])
+
+
+def _peers_line(results: dict[str, Any]) -> list[str]:
+    """The same run's figures for the peers, so the goals read against them."""
+    parts = []
+    for name, label in (("humpyard", "humpyard"), ("switchyard", "Switchyard (Rust)"),
+                        ("litellm", "LiteLLM")):
+        added = _get(results, "added", name, "buffered_c1", "total_p50_ms")
+        rps = _get(results, "targets", name, "throughput", "buffered_c32", "rps")
+        if added is not None or rps is not None:
+            parts.append(f"{label} {_f(added)} ms / {_f(rps, 0)} req/s")
+    if len(parts) < 2:
+        return []
+    return ["", "Same run, added p50 at one connection / buffered requests/s at 32 "
+            "connections: " + "; ".join(parts) + "."]
 
 
 def replace_block(readme: Path, block: str) -> bool:
