@@ -124,3 +124,19 @@ def test_without_a_provider_key_no_authorization_goes_upstream_at_all() -> None:
         calls = [r for r in up.requests if r.path == "/v1/chat/completions"]
     for r in calls:
         assert set(r.headers) == GATEWAY_HEADERS | set(STATIC), r.headers
+
+
+@pytest.mark.parametrize(("headers", "why"), [
+    ('{ "x bad" = "v" }', "'x bad' is not an HTTP header name"),
+    ('{ "x-title" = "line\\r\\nx-injected: 1" }', "the value of header 'x-title' has characters"),
+    ('{ "x-title" = "caf\\u00e9" }', "the value of header 'x-title' has characters"),
+])
+def test_a_static_header_that_http_cannot_carry_is_refused_without_quoting_it(
+        headers: str, why: str) -> None:
+    static = 'headers = { "X-Title" = "humpyard-tests" }'
+    text = config("http://127.0.0.1:9/v1").replace(static, f"headers = {headers}")
+    assert static not in text
+    with pytest.raises(ConfigError) as info:
+        load_config_text(text, env=ENV)
+    assert why in str(info.value)
+    assert "injected" not in str(info.value) and "caf" not in str(info.value)

@@ -19,6 +19,8 @@ LABEL_RE = re.compile(r"^[a-z0-9_-]{1,32}$")
 # An environment variable's name. The error never echoes the value: a key pasted
 # where its variable's name belongs must not end up in logs or ``humpyard check``.
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an RFC 9110 token
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
 FailureClassName = Literal[
     "overflow", "rate_limit", "timeout", "server_error", "connection", "forbidden", "unavailable",
 ]
@@ -88,11 +90,16 @@ class Provider(_Strict):
     @field_validator("headers")
     @classmethod
     def _headers(cls, v: dict[str, str]) -> dict[str, str]:
-        for name in v:
+        for name, value in v.items():
             if name.lower() in ("authorization", "x-api-key"):
                 raise ValueError(
                     f"{name!r} may not be a static header; use api_key_env for the provider key"
                 )
+            if not _HEADER_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not an HTTP header name")
+            if not _HEADER_VALUE.fullmatch(value):  # the value may be a secret: not quoted
+                raise ValueError(f"the value of header {name!r} has characters a header "
+                                 "cannot carry (only printable ASCII, spaces and tabs)")
         return v
 
 
