@@ -132,7 +132,11 @@ class UpstreamClient:
             target += "?" + parts.query
         headers = _request_headers(provider, extra_headers)
         raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
-        host = parts.netloc.rpartition("@")[2].encode("ascii")
+        netloc = parts.netloc.rpartition("@")[2]
+        try:
+            host = netloc.encode("ascii")
+        except UnicodeEncodeError:  # an internationalised name: its ASCII form
+            host = parts.hostname.encode("idna") + (b":%d" % parts.port if parts.port else b"")
         prefix = head_prefix("POST", target.encode("ascii"), host, raw)
         timeouts = Timeouts(provider.connect_timeout_secs, provider.timeout_secs,
                             provider.timeout_secs, provider.timeout_secs)

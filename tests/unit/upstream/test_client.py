@@ -128,3 +128,20 @@ def test_the_request_path_does_not_import_httpx() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_an_internationalised_host_name_is_sent_in_its_ascii_form() -> None:
+    async def main() -> None:
+        client = UpstreamClient()
+        try:
+            p = ProviderSpec(name="p", base_url="http://bücher.invalid/v1",
+                             connect_timeout_secs=1, timeout_secs=1)
+            _, origin, prefix, _ = client._head(p, "/chat/completions", None)
+            assert origin == ("http", "bücher.invalid", 80)
+            assert b"\r\nHost: xn--bcher-kva.invalid\r\n" in prefix
+            with pytest.raises(TransportFailure) as info:  # no such host: a named failure
+                await client.open(p, "/chat/completions", BODY)
+            assert info.value.kind in ("dns", "connect_timeout", "connect_error")
+        finally:
+            await client.aclose()
+    asyncio.run(main())
