@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from humpyard.config.names import CREDENTIAL_HEADERS
 from humpyard.config.spec import Config, KeySpec
 from humpyard.errors import BudgetExhausted, ForbiddenError, HumpyardError, UpstreamError
 from humpyard.executor.records import Attempt, Served
@@ -32,7 +33,6 @@ from humpyard.sessions import session_id
 
 log = logging.getLogger("humpyard.request")
 
-CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "cookie", "proxy-authorization"})
 TRUE = frozenset({"1", "true", "yes"})
 
 
