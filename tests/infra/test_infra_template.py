@@ -207,3 +207,26 @@ def test_every_alarm_is_present_and_treats_missing_data_as_fine() -> None:
                            "HumpyardLambdaThrottles", "HumpyardDynamoDBThrottles"}
     for alarm in alarms.values():
         assert alarm["Properties"]["TreatMissingData"] == "notBreaching"
+
+
+def test_every_function_may_read_the_configuration_from_where_it_is_told() -> None:
+    # S3 or AppConfig, each only when its parameters are set; the AppConfig grant
+    # is the one profile's two data-plane calls
+    doc = translated()
+    variables = template()["Globals"]["Function"]["Environment"]["Variables"]
+    assert variables["HUMPYARD_CONFIG_APPCONFIG"]["Fn::If"][0] == "HasAppConfig"
+    functions = resources(doc, "AWS::Serverless::Function") or resources(doc,
+                                                                         "AWS::Lambda::Function")
+    roles = resources(doc, "AWS::IAM::Role")
+    assert len(functions) == 4 and len(roles) >= 4
+    for fn_id in functions:
+        role = roles[f"{fn_id}Role"]["Properties"]["Policies"]
+        texts = [str(p) for p in role]
+        assert any("HasConfigObject" in t and "s3:GetObject" in t for t in texts), fn_id
+        [appconfig] = [p for p in role if "HasAppConfig" in str(p)]
+        statement = appconfig["Fn::If"][1]["PolicyDocument"]["Statement"][0]
+        assert sorted(statement["Action"]) == ["appconfig:GetLatestConfiguration",
+                                               "appconfig:StartConfigurationSession"]
+        assert statement["Resource"]["Fn::Sub"].endswith(
+            "application/${AppConfigApplicationId}/environment/${AppConfigEnvironmentId}"
+            "/configuration/${AppConfigProfileId}")

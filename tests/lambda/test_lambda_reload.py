@@ -1,4 +1,4 @@
-"""A Lambda instance reloads its configuration when due: from S3 or the bundled file.
+"""A Lambda instance reloads its configuration when due: from S3, AppConfig or the bundled file.
 
 All or nothing: an invalid object is logged and the old configuration keeps
 serving. A warm request between looks costs no call to the source.
@@ -19,6 +19,7 @@ from moto import mock_aws
 from humpyard.errors import ConfigError
 from humpyard.store.dynamodb import create_tables
 from tests.support import FakeUpstream
+from tests.support.fake_appconfig import FakeAppConfig
 
 POLL = 'reload_poll_secs = 0.2\n'
 
@@ -89,4 +90,69 @@ def test_a_bad_s3_url_is_a_clear_error(env):
     gateway = load_function("gateway")
     # the cold start fails with a message naming the variable (Lambda reports it)
     with pytest.raises(ConfigError, match="HUMPYARD_CONFIG_S3: expected s3://bucket/key"):
+        gateway.handler(event("chat_post"), LambdaContext())
+
+
+APPCONFIG = "humpyard/live/gateway"
+
+
+def test_config_from_appconfig_is_reloaded_when_due_and_allowed(env, caplog):
+    primary, backup, _, monkeypatch, modules = env
+    with FakeAppConfig("humpyard", "live", "gateway", poll_secs=0) as appconfig:
+        text = POLL + gateway_config(primary.url, backup.url)
+        appconfig.deploy(text, "v1")
+        monkeypatch.setenv("AWS_ENDPOINT_URL_APPCONFIGDATA", appconfig.url)
+        monkeypatch.setenv("HUMPYARD_CONFIG_APPCONFIG", APPCONFIG)
+        gateway = load_function("gateway")
+        modules.append(gateway)
+        assert target_of(gateway) == "primary"
+        assert (appconfig.sessions, appconfig.polls) == (1, 1)
+        appconfig.deploy(only_backup(text), "v2")
+        assert target_of(gateway) == "primary"  # not due yet: nothing was even asked
+        assert appconfig.polls == 1
+        time.sleep(0.25)
+        assert target_of(gateway) == "backup"
+        time.sleep(0.25)
+        assert target_of(gateway) == "backup"  # due, asked, unchanged: an empty answer
+        assert appconfig.polls == 3
+        # a lost session (tokens expire) is logged, then the next look starts a new one
+        appconfig.expire_tokens()
+        appconfig.deploy(text, "v3")
+        time.sleep(0.25)
+        with caplog.at_level(logging.ERROR, logger="humpyard.reload"):
+            assert target_of(gateway) == "backup"
+        assert any("could not be read" in r.getMessage() for r in caplog.records)
+        time.sleep(0.25)
+        assert target_of(gateway) == "primary"
+        assert appconfig.sessions == 2
+
+
+def test_appconfig_is_not_asked_before_the_interval_it_set(env):
+    primary, backup, _, monkeypatch, modules = env
+    with FakeAppConfig("humpyard", "live", "gateway", poll_secs=60) as appconfig:
+        text = POLL + gateway_config(primary.url, backup.url)
+        appconfig.deploy(text, "v1")
+        monkeypatch.setenv("AWS_ENDPOINT_URL_APPCONFIGDATA", appconfig.url)
+        monkeypatch.setenv("HUMPYARD_CONFIG_APPCONFIG", APPCONFIG)
+        gateway = load_function("gateway")
+        modules.append(gateway)
+        assert target_of(gateway) == "primary"
+        appconfig.deploy(only_backup(text), "v2")
+        time.sleep(0.25)  # reload_poll_secs has passed, AppConfig's 60 s have not
+        assert target_of(gateway) == "primary"
+        assert appconfig.polls == 1
+
+
+@pytest.mark.parametrize(("variables", "message"), [
+    ({"HUMPYARD_CONFIG_APPCONFIG": "only/two"},
+     "HUMPYARD_CONFIG_APPCONFIG: expected application/environment/profile"),
+    ({"HUMPYARD_CONFIG_APPCONFIG": APPCONFIG, "HUMPYARD_CONFIG_S3": "s3://cfg/x.toml"},
+     "HUMPYARD_CONFIG_S3 and HUMPYARD_CONFIG_APPCONFIG are both set"),
+])
+def test_a_bad_appconfig_setting_is_a_clear_error(env, variables, message):
+    _, _, _, monkeypatch, _ = env
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    gateway = load_function("gateway")
+    with pytest.raises(ConfigError, match=message):
         gateway.handler(event("chat_post"), LambdaContext())

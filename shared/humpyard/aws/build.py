@@ -35,13 +35,20 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, Generic, TypeVar
 
-from humpyard.aws.config_source import ConfigReloader, ConfigSource, FileSource, S3Source
+from humpyard.aws.config_source import (
+    AppConfigSource,
+    ConfigReloader,
+    ConfigSource,
+    FileSource,
+    S3Source,
+)
 from humpyard.aws.env import LambdaEnv
 from humpyard.aws.flush import FlushMiddleware
 from humpyard.aws.log import lambda_logger
 from humpyard.aws.secrets import secret_environ
 from humpyard.clock import Clock, SystemClock
 from humpyard.config import load_config_text
+from humpyard.errors import ConfigError
 from humpyard.runtime import Gateway, health_settings
 from humpyard.store.writer import BackgroundWriter
 
@@ -60,12 +67,12 @@ def _secretsmanager_client() -> Any:
 
 
 def build_gateway(env: LambdaEnv, *, dynamodb: Any = None, secretsmanager: Any = None,
-                  s3: Any = None,
+                  s3: Any = None, appconfig: Any = None,
                   environ: Mapping[str, str] | None = None, clock: Clock | None = None,
                   transport: httpx.AsyncBaseTransport | None = None) -> Gateway:
     """The gateway of one instance, wired to the DynamoDB tables ``env`` names.
 
-    ``dynamodb``/``secretsmanager`` (boto3 clients), ``clock`` and
+    ``dynamodb``/``secretsmanager``/``s3``/``appconfig`` (AWS clients), ``clock`` and
     ``transport`` are the seams; ``environ`` (default ``os.environ``) is what
     ``api_key_env``/``key_env`` resolve against, with the secret's pairs laid
     over it.
@@ -79,7 +86,7 @@ def build_gateway(env: LambdaEnv, *, dynamodb: Any = None, secretsmanager: Any =
     if env.secrets_arn:
         values.update(secret_environ(secretsmanager or _secretsmanager_client(),
                                      env.secrets_arn))
-    source = config_source(env, s3)
+    source = config_source(env, s3, appconfig, clock)
     text, version = source.read()
     config = load_config_text(text, source=source.name, env=values)
     retention = config.raw.ledger.decision_retention_days if config.raw.ledger else 30
@@ -97,13 +104,19 @@ def build_gateway(env: LambdaEnv, *, dynamodb: Any = None, secretsmanager: Any =
     return gw
 
 
-def config_source(env: LambdaEnv, s3: Any = None) -> ConfigSource:
-    """The S3 object ``HUMPYARD_CONFIG_S3`` names, else the bundled file."""
+def config_source(env: LambdaEnv, s3: Any = None, appconfig: Any = None,
+                  clock: Clock | None = None) -> ConfigSource:
+    """The S3 object ``HUMPYARD_CONFIG_S3`` names, or the AppConfig profile
+    ``HUMPYARD_CONFIG_APPCONFIG`` names, else the bundled file."""
+    from humpyard.aws.clients import client
+    if env.config_s3 and env.config_appconfig:
+        raise ConfigError("HUMPYARD_CONFIG_S3 and HUMPYARD_CONFIG_APPCONFIG are both set; "
+                          "the configuration comes from one of them")
     if env.config_s3:
-        if s3 is None:
-            from humpyard.aws.clients import client
-            s3 = client("s3")
-        return S3Source(env.config_s3, s3)
+        return S3Source(env.config_s3, s3 if s3 is not None else client("s3"))
+    if env.config_appconfig:
+        return AppConfigSource(env.config_appconfig, appconfig if appconfig is not None
+                               else client("appconfigdata"), clock or SystemClock())
     return FileSource(env.config_file)
 
 

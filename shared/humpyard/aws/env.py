@@ -46,6 +46,9 @@ class LambdaEnv(BaseModel):
     - ``HUMPYARD_CONFIG_S3``: ``s3://bucket/key`` of the configuration instead
       of the bundled file; with ``reload_poll_secs`` set, a changed object is
       picked up on the request path (``aws/config_source.py``).
+    - ``HUMPYARD_CONFIG_APPCONFIG``: ``application/environment/profile`` (names
+      or ids) of an AWS AppConfig configuration profile instead; reloaded the
+      same way, never more often than AppConfig allows. At most one of the two.
     - ``HUMPYARD_SECRETS_ARN``: a Secrets Manager secret whose JSON object
       supplies environment values (provider ``api_key_env``, client
       ``key_env``) before the configuration is loaded; empty = none.
@@ -65,6 +68,7 @@ class LambdaEnv(BaseModel):
     config_path: Path = Field(alias="HUMPYARD_CONFIG", default=Path(DEFAULT_CONFIG))
     secrets_arn: str | None = Field(alias="HUMPYARD_SECRETS_ARN", default=None)
     config_s3: str | None = Field(alias="HUMPYARD_CONFIG_S3", default=None)
+    config_appconfig: str | None = Field(alias="HUMPYARD_CONFIG_APPCONFIG", default=None)
     flush_timeout_secs: float = Field(alias="HUMPYARD_FLUSH_TIMEOUT_SECS", default=5.0, gt=0,
                                       le=60)
     service: str = Field(alias="POWERTOOLS_SERVICE_NAME", default="humpyard", min_length=1)
@@ -73,7 +77,8 @@ class LambdaEnv(BaseModel):
     task_root: Path = Field(alias="LAMBDA_TASK_ROOT", default=Path("."))
     dynamodb_endpoint: str | None = Field(alias="AWS_ENDPOINT_URL_DYNAMODB", default=None)
 
-    @field_validator("secrets_arn", "config_s3", "dynamodb_endpoint", mode="before")
+    @field_validator("secrets_arn", "config_s3", "config_appconfig", "dynamodb_endpoint",
+                     mode="before")
     @classmethod
     def _blank_is_none(cls, v: object) -> object:
         return None if isinstance(v, str) and not v.strip() else v
