@@ -2,11 +2,13 @@
 
     python bench/variant_server.py --config FILE --port P --variant NAME
 
-Variants (each is the stock ``humpyard serve`` set-up except for the named change;
-none edits the package, they only use its seams or process-wide settings):
+Variants (each is ``create_app`` on plain uvicorn, as ``humpyard serve`` was set up
+when round 1 of ADR 0003 began, except for the named change; none edits the
+package, they only use its seams or process-wide settings). To compare the
+gateway as it ships now, use ``bench/ab.py --variants rev:main,rev:worktree``:
 
 =================  ============================================================
-``stock``          what ``humpyard serve`` builds (INFO logging, thread writer)
+``stock``          ``create_app`` on plain uvicorn (h11, asyncio loop, INFO logging)
 ``quiet``          log level WARNING: no per-request log lines (httpx + ours)
 ``inline-writer``  decisions recorded synchronously on the event loop instead of
                    being handed to the writer thread (memory store only)
