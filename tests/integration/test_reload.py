@@ -97,6 +97,9 @@ def test_sighup_reloads_and_an_invalid_file_is_kept_out(ups, serve):
     a, b = ups
     url, conf, log, proc_pid = serve(cfg(a.url, b.url, "ta"))
     assert served_by(url) == "ta"
+    # humpyard serve as shipped (serving.py): no "server: uvicorn" header
+    r = httpx.post(url + "/v1/chat/completions", json={"model": "r", "messages": MSG})
+    assert r.status_code == 200 and "server" not in r.headers and "date" in r.headers
     conf.write_text(cfg(a.url, b.url, "tb"))
     os.kill(proc_pid, signal.SIGHUP)
     wait_for(lambda: served_by(url) == "tb")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import boto3
@@ -96,15 +97,23 @@ def test_a_bad_s3_url_is_a_clear_error(env):
 APPCONFIG = "humpyard/live/gateway"
 
 
-def test_config_from_appconfig_is_reloaded_when_due_and_allowed(env, caplog):
+@contextmanager
+def appconfig_gateway(env, poll_secs: int) -> Iterator[tuple]:
+    """A fake AppConfig holding the two-target config (v1), and the gateway function
+    reading it; yields (appconfig, gateway, text)."""
     primary, backup, _, monkeypatch, modules = env
-    with FakeAppConfig("humpyard", "live", "gateway", poll_secs=0) as appconfig:
+    with FakeAppConfig("humpyard", "live", "gateway", poll_secs=poll_secs) as appconfig:
         text = POLL + gateway_config(primary.url, backup.url)
         appconfig.deploy(text, "v1")
         monkeypatch.setenv("AWS_ENDPOINT_URL_APPCONFIGDATA", appconfig.url)
         monkeypatch.setenv("HUMPYARD_CONFIG_APPCONFIG", APPCONFIG)
         gateway = load_function("gateway")
         modules.append(gateway)
+        yield appconfig, gateway, text
+
+
+def test_config_from_appconfig_is_reloaded_when_due_and_allowed(env, caplog):
+    with appconfig_gateway(env, poll_secs=0) as (appconfig, gateway, text):
         assert target_of(gateway) == "primary"
         assert (appconfig.sessions, appconfig.polls) == (1, 1)
         appconfig.deploy(only_backup(text), "v2")
@@ -128,14 +137,7 @@ def test_config_from_appconfig_is_reloaded_when_due_and_allowed(env, caplog):
 
 
 def test_appconfig_is_not_asked_before_the_interval_it_set(env):
-    primary, backup, _, monkeypatch, modules = env
-    with FakeAppConfig("humpyard", "live", "gateway", poll_secs=60) as appconfig:
-        text = POLL + gateway_config(primary.url, backup.url)
-        appconfig.deploy(text, "v1")
-        monkeypatch.setenv("AWS_ENDPOINT_URL_APPCONFIGDATA", appconfig.url)
-        monkeypatch.setenv("HUMPYARD_CONFIG_APPCONFIG", APPCONFIG)
-        gateway = load_function("gateway")
-        modules.append(gateway)
+    with appconfig_gateway(env, poll_secs=60) as (appconfig, gateway, text):
         assert target_of(gateway) == "primary"
         appconfig.deploy(only_backup(text), "v2")
         time.sleep(0.25)  # reload_poll_secs has passed, AppConfig's 60 s have not
