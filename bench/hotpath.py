@@ -98,7 +98,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         from variant_server import InlineWriter
 
         from humpyard.clock import SystemClock
-        from humpyard.runtime import Gateway
+        from humpyard.gateway import Gateway
         from humpyard.store import open_store
         store = open_store(ledger, SystemClock())
         app = create_app(cfg, gateway=Gateway(cfg, store, writer=InlineWriter(store)))

@@ -43,7 +43,7 @@ async def _serve(args: argparse.Namespace) -> None:
     from humpyard.clock import SystemClock
     from humpyard.config import load_config
     from humpyard.http.app import create_app
-    from humpyard.runtime import Gateway
+    from humpyard.gateway import Gateway
 
     v = args.variant
     cfg = load_config(args.config)
@@ -51,7 +51,7 @@ async def _serve(args: argparse.Namespace) -> None:
     if v in ("inline-writer", "all"):
         from humpyard.store import open_store
         from humpyard.store.writer import InlineWriter
-        store = open_store(cfg.raw.ledger.path if cfg.raw.ledger else None, SystemClock())
+        store = open_store(cfg.ledger.path if cfg.ledger else None, SystemClock())
         writer = InlineWriter(store)
         gw = Gateway(cfg, store, writer=writer)  # type: ignore[arg-type]
     elif v in ("raw-transport", "best"):

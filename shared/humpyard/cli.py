@@ -100,7 +100,7 @@ async def _serve(config_path: str, host: str, port: int) -> None:
                                            proxy_headers=False, server_header=False,
                                            http=protocol_class()))
     tasks = []
-    if cfg.raw.reload_poll_secs > 0:
+    if cfg.reload_poll_secs > 0:
         tasks.append(asyncio.create_task(_poll(reloader, gw)))
     log.info("humpyard serving on http://%s:%d (config %s)", host, port, config_path)
     # What exists now lives as long as the process: keep it out of the collector's
@@ -117,7 +117,7 @@ async def _serve(config_path: str, host: str, port: int) -> None:
 
 async def _poll(reloader: object, gw: object) -> None:
     while True:
-        await asyncio.sleep(gw.config.raw.reload_poll_secs)  # type: ignore[attr-defined]
+        await asyncio.sleep(gw.config.reload_poll_secs)  # type: ignore[attr-defined]
         reloader.poll()  # type: ignore[attr-defined]
 
 

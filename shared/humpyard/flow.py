@@ -14,21 +14,20 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from humpyard.config.names import CREDENTIAL_HEADERS
-from humpyard.config.spec import Config, KeySpec
+from humpyard.config.spec import KeySpec
 from humpyard.errors import BudgetExhausted, ForbiddenError, HumpyardError, UpstreamError
-from humpyard.executor.records import Attempt, Served
 from humpyard.executor.tiered import run_tiered
+from humpyard.gateway import Gateway
 from humpyard.ledger.decision import build_decision
 from humpyard.ledger.periods import period_key, seconds_left
 from humpyard.planning.estimate import analyse_request
 from humpyard.planning.plan import plan as make_plan
 from humpyard.planning.types import Plan, RequestFacts
 from humpyard.protocols.sse import SSEEvent
-from humpyard.runtime import Gateway
+from humpyard.records import Call, Served
 from humpyard.sessions import session_id
 
 log = logging.getLogger("humpyard.request")
@@ -46,26 +45,6 @@ def new_request_id() -> str:
     Not a secret, so no per-request entropy is drawn (``uuid4`` reads the OS's
     random source on every call, which costs a system call here)."""
     return f"req_{_ID_PREFIX}{next(_ID_COUNTER):012x}"
-
-
-@dataclass
-class Call:
-    """A request in flight: what it asked, what was decided, what happened."""
-
-    request_id: str
-    config: Config
-    key: KeySpec | None
-    headers: Mapping[str, str]
-    body: dict[str, Any]
-    protocol: str = "openai"
-    ts: float = 0.0
-    started: float = field(default_factory=time.perf_counter)
-    answered: float | None = None  # perf_counter when a buffered answer was ready
-    facts: RequestFacts | None = None
-    plan: Plan | None = None
-    attempts: list[Attempt] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    recorded: bool = False
 
 
 def facts_for(call: Call) -> RequestFacts:

@@ -38,8 +38,8 @@ import pytest
 
 from humpyard.clock import SystemClock
 from humpyard.config import load_config_text
+from humpyard.gateway import Gateway
 from humpyard.http.app import create_app
-from humpyard.runtime import Gateway
 from humpyard.store import open_store
 from tests.faults.harness import MSG, drill_config
 from tests.faults.steps import (
@@ -288,7 +288,7 @@ def soak_gateway(tmp_path):
                             extra=f'[ledger]\npath = "{tmp_path / "soak.db"}"')
         config = load_config_text(text, env={})
         clock = SystemClock()
-        gw = Gateway(config, store=open_store(config.raw.ledger.path, clock), clock=clock,
+        gw = Gateway(config, store=open_store(config.ledger.path, clock), clock=clock,
                      rng=random.Random(3))
         app = Instrumented(create_app(config, gateway=gw), gw)
         with ServerThread(app, lifespan="on") as srv:

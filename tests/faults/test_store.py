@@ -22,8 +22,8 @@ import pytest
 from humpyard.clock import SystemClock
 from humpyard.config import load_config_text
 from humpyard.errors import StoreError
+from humpyard.gateway import Gateway
 from humpyard.http.app import create_app
-from humpyard.runtime import Gateway
 from humpyard.store import SQLiteStore
 from tests.faults.harness import MSG, drill_config
 from tests.support.servers import ServerThread
@@ -170,7 +170,7 @@ def test_a_store_that_cannot_be_read_serves_on_the_last_snapshot(ups, caplog):
         body = {"model": "ok", "messages": MSG}
         assert http.post("/v1/chat/completions", json=body).status_code == 200
         store.armed = True
-        with caplog.at_level(logging.ERROR, logger="humpyard.runtime"):
+        with caplog.at_level(logging.ERROR, logger="humpyard.gateway"):
             for _ in range(3):
                 assert http.post("/v1/chat/completions", json=body).status_code == 200
     assert "list_overrides" in store.failed

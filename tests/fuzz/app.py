@@ -16,8 +16,8 @@ import httpx
 from humpyard.clock import SystemClock
 from humpyard.config import load_config_text
 from humpyard.config.spec import Config
+from humpyard.gateway import Gateway
 from humpyard.http.app import create_app
-from humpyard.runtime import Gateway
 from humpyard.store import open_store
 
 ROUTES = ("r", "solo")

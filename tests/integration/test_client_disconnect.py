@@ -11,8 +11,8 @@ import pytest
 
 from humpyard.clock import SystemClock
 from humpyard.config import load_config_text
+from humpyard.gateway import Gateway
 from humpyard.http.app import create_app
-from humpyard.runtime import Gateway
 from humpyard.store import open_store
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway import running_gateway

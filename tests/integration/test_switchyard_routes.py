@@ -19,9 +19,9 @@ import pytest
 
 from humpyard.config.spec import RouteSpec
 from humpyard.errors import NoEligibleTarget, UpstreamError
-from humpyard.routing import native
-from humpyard.routing.neutral import request_to_neutral
-from humpyard.routing.switchyard import TieredOutcome, TieredRouter
+from humpyard.switchyard import native
+from humpyard.switchyard.adapter import TieredOutcome, TieredRouter
+from humpyard.switchyard.neutral import request_to_neutral
 
 EASY = {"crux": "print a line", "primary_rule": "SUP-1",
         "capability_boundary": "supported", "p_solve": 0.9}
@@ -341,7 +341,7 @@ def test_the_process_exits_cleanly_after_using_switchyard() -> None:
     script = textwrap.dedent("""
         import asyncio, json
         from humpyard.config.spec import RouteSpec
-        from humpyard.routing.switchyard import TieredRouter
+        from humpyard.switchyard.adapter import TieredRouter
 
         async def call_target(targets, body, *, purpose):
             text = json.dumps({"escalate": True, "reason": "r"}) if purpose == "judge" else "x"

@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 
 from humpyard.clock import SystemClock
+from humpyard.gateway import Gateway
 from humpyard.http.app import create_app
-from humpyard.runtime import Gateway
 from humpyard.store import open_store
 from tests.support.gateway import Running, config_from
 from tests.support.servers import ServerThread

@@ -59,7 +59,7 @@ def test_v1_config_shows_no_key_no_digest_and_no_credential_header_value() -> No
 
 def test_no_repr_shows_a_secret() -> None:
     cfg = load_config_text(config(), env=ENV)
-    texts = [repr(cfg), str(cfg), repr(cfg.raw), repr(cfg.providers), repr(cfg.keys)]
+    texts = [repr(cfg), str(cfg), repr(cfg.public_view()), repr(cfg.providers), repr(cfg.keys)]
     for text in texts:
         assert not find_leaks(text, (PROVIDER_KEY, ALPHA_KEY, BETA_KEY)), text[:500]
 

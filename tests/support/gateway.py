@@ -12,8 +12,8 @@ import httpx
 
 from humpyard.clock import Clock, SystemClock
 from humpyard.config import Config, load_config_text
+from humpyard.gateway import Gateway
 from humpyard.http.app import create_app
-from humpyard.runtime import Gateway
 from humpyard.store import open_store
 from tests.support.servers import ServerThread
 

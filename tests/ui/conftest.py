@@ -18,9 +18,9 @@ import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from humpyard.clock import SystemClock
+from humpyard.gateway import Gateway
 from humpyard.http import ui
 from humpyard.http.app import create_app
-from humpyard.runtime import Gateway
 from humpyard.store import open_store
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway import Running, config_from

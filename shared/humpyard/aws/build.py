@@ -49,7 +49,7 @@ from humpyard.aws.secrets import secret_environ
 from humpyard.clock import Clock, SystemClock
 from humpyard.config import load_config_text
 from humpyard.errors import ConfigError
-from humpyard.runtime import Gateway, health_settings
+from humpyard.gateway import Gateway, health_settings
 from humpyard.store.writer import BackgroundWriter
 
 if TYPE_CHECKING:
@@ -89,10 +89,10 @@ def build_gateway(env: LambdaEnv, *, dynamodb: Any = None, secretsmanager: Any =
     source = config_source(env, s3, appconfig, clock)
     text, version = source.read()
     config = load_config_text(text, source=source.name, env=values)
-    retention = config.raw.ledger.decision_retention_days if config.raw.ledger else 30
+    retention = config.ledger.decision_retention_days if config.ledger else 30
     store = DynamoDBStore(env.state_table, env.ledger_table, clock=clock,
                           client=dynamodb, retention_days=retention)
-    refresh = config.raw.state_refresh_ms / 1000
+    refresh = config.state_refresh_ms / 1000
     health = SharedHealth(store, health_settings(config), clock, refresh)
     latency = SharedLatency(store, clock, refresh_secs=refresh)
     writer = BackgroundWriter(store)

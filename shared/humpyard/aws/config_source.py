@@ -164,7 +164,7 @@ class ConfigReloader:
 
     def maybe_reload(self) -> bool | None:
         """Reload when due and changed: True applied, False rejected, None nothing to do."""
-        every = self.current().raw.reload_poll_secs
+        every = self.current().reload_poll_secs
         now = self.clock.monotonic()
         if every <= 0 or now - self._last_look < every:
             return None

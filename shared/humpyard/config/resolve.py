@@ -11,9 +11,25 @@ import ipaddress
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from humpyard.config.models import RawConfig, Route
+from humpyard.config.models import RawConfig, Route, SelectRule
 from humpyard.config.names import FAILURE_CLASSES
-from humpyard.config.spec import Config, EndpointSpec, KeySpec, ProviderSpec, RouteSpec, TargetSpec
+from humpyard.config.spec import (
+    BudgetSpec,
+    Config,
+    EndpointSpec,
+    HealthSpec,
+    KeySpec,
+    LedgerSpec,
+    OverridesSpec,
+    PoolSpec,
+    ProviderSpec,
+    RouterSpec,
+    RouteSpec,
+    SelectRuleSpec,
+    TargetSpec,
+    WhenSpec,
+    public_document,
+)
 from humpyard.errors import ConfigError
 
 DEFAULT_FALLBACK = frozenset(c for c in FAILURE_CLASSES if c != "unavailable")
@@ -35,9 +51,34 @@ def resolve(raw: RawConfig, env: Mapping[str, str], *, source: str = "<memory>",
     keys = _keys(raw, routes, env, errors)
     if errors:
         raise ConfigError(f"invalid configuration ({source}):\n  " + "\n  ".join(errors))
-    return Config(raw=raw, providers=providers, targets=targets, routes=routes,
-                  select=tuple(raw.select), keys=keys, source=source, digest=digest,
-                  warnings=tuple(warnings))
+    h, rt, ov = raw.health, raw.router, raw.overrides
+    return Config(
+        providers=providers, targets=targets, routes=routes,
+        select=tuple(_select_rule(r) for r in raw.select), keys=keys,
+        health=HealthSpec(failure_threshold=h.failure_threshold, cooldown_secs=h.cooldown_secs,
+                          max_cooldown_secs=h.max_cooldown_secs,
+                          max_retry_after_secs=h.max_retry_after_secs,
+                          skip_cold_targets=h.skip_cold_targets),
+        router=RouterSpec(probe_interval_secs=rt.probe_interval_secs,
+                          probe_timeout_secs=rt.probe_timeout_secs),
+        overrides=OverridesSpec(default_secs=ov.default_secs, max_secs=ov.max_secs),
+        ledger=LedgerSpec(path=raw.ledger.path,
+                          decision_retention_days=raw.ledger.decision_retention_days)
+        if raw.ledger else None,
+        quota_poll_secs=raw.quota_poll_secs, quota_stale_secs=raw.quota_stale_secs,
+        reload_poll_secs=raw.reload_poll_secs, state_refresh_ms=raw.state_refresh_ms,
+        max_body_bytes=raw.max_body_bytes,
+        public=public_document(raw.model_dump(mode="json", by_alias=True, exclude_none=True),
+                               routes),
+        source=source, digest=digest, warnings=tuple(warnings))
+
+
+def _select_rule(rule: SelectRule) -> SelectRuleSpec:
+    w = rule.when
+    return SelectRuleSpec(route=rule.route, name=rule.name, when=WhenSpec(
+        model=w.model, key=w.key, profile=w.profile, tag=w.tag, header=w.header,
+        agent=w.agent, task=w.task, subagent=w.subagent, stream=w.stream,
+        prompt_tokens=w.prompt_tokens, tools=w.tools, images=w.images))
 
 
 def _is_loopback(host: str) -> bool:
@@ -176,7 +217,9 @@ def _routes(raw: RawConfig, targets: dict[str, TargetSpec],
             quality_weight=r.quality_weight, latency_target_ms=r.latency_target_ms,
             unknown_quality=r.unknown_quality,
             allowed_classes=tuple(r.allowed_classes) if r.allowed_classes else None,
-            pool=r.pool, pool_left_out=left_out, tail=tail,
+            pool=PoolSpec(r.pool.strength, r.pool.min_context_window, r.pool.min_quality)
+            if r.pool else None,
+            pool_left_out=left_out, tail=tail,
             tail_on=frozenset(r.then.on) if r.then else frozenset(),
             efficient=tuple(r.efficient or ()), capable=tuple(r.capable or ()),
             judge=r.judge, mode=r.mode, confidence_threshold=r.confidence_threshold,
@@ -254,5 +297,6 @@ def _keys(raw: RawConfig, routes: Mapping[str, RouteSpec], env: Mapping[str, str
         out[kid] = KeySpec(
             id=kid, digest=digest,
             allowed_routes=frozenset(k.allowed_routes) if k.allowed_routes is not None else None,
-            manage_overrides=k.manage_overrides, budget=k.budget)
+            manage_overrides=k.manage_overrides,
+            budget=BudgetSpec(k.budget.usd, k.budget.period) if k.budget else None)
     return out

@@ -1,23 +1,108 @@
 """The resolved, immutable configuration the gateway runs on.
 
-``resolve()`` (in ``resolve.py``) turns the raw file into these objects once
-per load; the request path only reads them. Secrets (provider and client
-keys) live in fields excluded from ``repr`` and from ``public_view()``.
+``resolve()`` (in ``resolve.py``) turns the parsed file (the pydantic models of
+``models.py``) into these plain dataclasses once per load; the request path only
+reads them, so running a configuration never needs pydantic. Secrets (provider
+and client keys) live in fields excluded from ``repr`` and from ``public_view()``.
 """
 
 from __future__ import annotations
 
+import copy
 import re
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
 
-if TYPE_CHECKING:  # the pydantic schema is needed to load a file, not to run one
-    from humpyard.config.models import Budget, Health, Pool, RawConfig, SelectRule
+from humpyard.config.names import PromptRange
 
 # Static provider headers whose value is a credential (Azure's ``api-key``, a
 # gateway token): ``/v1/config`` shows their names only.
 SECRET_HEADER_RE = re.compile(r"key|token|secret|auth|cookie|passw|signature|credential",
                               re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class HealthSpec:
+    """``[health]``: the breaker's settings (docs/health.md)."""
+
+    failure_threshold: int = 3
+    cooldown_secs: float = 30
+    max_cooldown_secs: float = 300
+    max_retry_after_secs: float = 300
+    skip_cold_targets: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class RouterSpec:
+    """``[router]``: readiness probing."""
+
+    probe_interval_secs: float = 5
+    probe_timeout_secs: float = 2
+
+
+@dataclass(frozen=True, slots=True)
+class OverridesSpec:
+    """``[overrides]``: how long a runtime override lasts when none is given, and at most."""
+
+    default_secs: float = 4 * 3600
+    max_secs: float = 24 * 3600
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerSpec:
+    """``[ledger]``: where decisions are kept (SQLite locally) and for how long."""
+
+    path: str = "humpyard.db"
+    decision_retention_days: float = 30
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSpec:
+    """A key's budget: ``usd`` per ``period`` (``day`` or ``month``)."""
+
+    usd: float
+    period: str = "day"
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSpec:
+    """A pool route's membership rule: every target with ``strength``, narrowed."""
+
+    strength: str
+    min_context_window: int | None = None
+    min_quality: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WhenSpec:
+    """A selector rule's conditions; ``None`` means the condition is not used."""
+
+    model: str | None = None
+    key: str | None = None
+    profile: str | None = None
+    tag: Mapping[str, str] | None = None
+    header: Mapping[str, str] | None = None  # lower-case names
+    agent: str | None = None
+    task: str | None = None
+    subagent: bool | None = None
+    stream: bool | None = None
+    prompt_tokens: PromptRange | None = None
+    tools: bool | None = None
+    images: bool | None = None
+
+    def is_empty(self) -> bool:
+        """True for a rule without conditions (a catch-all)."""
+        return all(getattr(self, f.name) is None for f in fields(self))
+
+
+@dataclass(frozen=True, slots=True)
+class SelectRuleSpec:
+    """One ``[[select]]`` rule: when every condition holds, ``route`` serves."""
+
+    route: str
+    when: WhenSpec = field(default_factory=WhenSpec)
+    name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +177,7 @@ class RouteSpec:
     unknown_quality: float = 0.5
     allowed_classes: tuple[str, ...] | None = None
     fallback_on_explicit: bool = False
-    pool: Pool | None = None
+    pool: PoolSpec | None = None
     pool_left_out: tuple[tuple[str, str], ...] = ()
     tail: tuple[str, ...] = ()
     tail_on: frozenset[str] = frozenset()
@@ -120,7 +205,7 @@ class KeySpec:
     digest: bytes = field(repr=False, compare=False)
     allowed_routes: frozenset[str] | None = None
     manage_overrides: bool = False
-    budget: Budget | None = None
+    budget: BudgetSpec | None = None
 
     def may_use(self, route: str) -> bool:
         return self.allowed_routes is None or route in self.allowed_routes
@@ -128,14 +213,27 @@ class KeySpec:
 
 @dataclass(frozen=True)
 class Config:
-    """Everything a running gateway needs, resolved and checked once."""
+    """Everything a running gateway needs, resolved and checked once.
 
-    raw: RawConfig
+    ``public`` is the file as ``GET /v1/config`` shows it, computed at load
+    (``public_view`` hands out copies).
+    """
+
     providers: dict[str, ProviderSpec]
     targets: dict[str, TargetSpec]
     routes: dict[str, RouteSpec]
-    select: tuple[SelectRule, ...]
+    select: tuple[SelectRuleSpec, ...]
     keys: dict[str, KeySpec]
+    health: HealthSpec = field(default_factory=HealthSpec)
+    router: RouterSpec = field(default_factory=RouterSpec)
+    overrides: OverridesSpec = field(default_factory=OverridesSpec)
+    ledger: LedgerSpec | None = None
+    quota_poll_secs: float = 60
+    quota_stale_secs: float = 300
+    reload_poll_secs: float = 0
+    state_refresh_ms: float = 1000
+    max_body_bytes: int = 32 * 1024 * 1024
+    public: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     source: str = "<memory>"
     digest: str = ""
     warnings: tuple[str, ...] = ()
@@ -143,10 +241,6 @@ class Config:
     def route_for(self, model: str) -> RouteSpec | None:
         """The route a model name names: a route, else a bare target's passthrough."""
         return self.routes.get(model)
-
-    @property
-    def health(self) -> Health:
-        return self.raw.health
 
     @property
     def has_keys(self) -> bool:
@@ -157,24 +251,30 @@ class Config:
         return [(t.name, e) for t in self.targets.values() for e in t.endpoints]
 
     def public_view(self) -> dict[str, Any]:
-        """The configuration as JSON for ``GET /v1/config``: no secrets, ever."""
-        data = self.raw.model_dump(mode="json", by_alias=True, exclude_none=True)
-        for k in data.get("keys", {}).values():
-            k.pop("key_sha256", None)
-        for p in data.get("providers", {}).values():
-            headers = p.get("headers") or {}
-            for name in headers:
-                if SECRET_HEADER_RE.search(name):
-                    headers[name] = "[redacted]"
-        data["routes"] = {
-            name: {
-                "type": r.type, "targets": list(r.targets), "tail": list(r.tail),
-                "fallback_on": sorted(r.fallback_on), "implicit": r.implicit,
-                **({"allowed_classes": list(r.allowed_classes)} if r.allowed_classes else {}),
-                **({"efficient": list(r.efficient), "capable": list(r.capable)}
-                   if r.efficient else {}),
-                **({"judge": r.judge} if r.judge else {}),
-            }
-            for name, r in self.routes.items()
+        """The configuration as JSON for ``GET /v1/config`` (a fresh copy): no secrets, ever."""
+        return copy.deepcopy(dict(self.public))
+
+
+def public_document(file_doc: dict[str, Any], routes: Mapping[str, RouteSpec]) -> dict[str, Any]:
+    """``file_doc`` (the parsed file as JSON) made safe to show: key digests dropped,
+    credential-like static headers redacted, routes as resolved (pools expanded)."""
+    data = copy.deepcopy(file_doc)
+    for k in data.get("keys", {}).values():
+        k.pop("key_sha256", None)
+    for p in data.get("providers", {}).values():
+        headers = p.get("headers") or {}
+        for name in headers:
+            if SECRET_HEADER_RE.search(name):
+                headers[name] = "[redacted]"
+    data["routes"] = {
+        name: {
+            "type": r.type, "targets": list(r.targets), "tail": list(r.tail),
+            "fallback_on": sorted(r.fallback_on), "implicit": r.implicit,
+            **({"allowed_classes": list(r.allowed_classes)} if r.allowed_classes else {}),
+            **({"efficient": list(r.efficient), "capable": list(r.capable)}
+               if r.efficient else {}),
+            **({"judge": r.judge} if r.judge else {}),
         }
-        return data
+        for name, r in routes.items()
+    }
+    return data

@@ -16,11 +16,11 @@ from typing import Any
 
 from humpyard.config.spec import Config
 from humpyard.errors import NoEligibleTarget
-from humpyard.executor.records import Attempt, Served
 from humpyard.executor.walk import Executor
 from humpyard.planning.types import Plan
 from humpyard.protocols.openai import completion_to_chunks
 from humpyard.protocols.sse import DONE, SSEEvent, encode
+from humpyard.records import Attempt, Served
 
 
 def _subplan(plan: Plan, names: tuple[str, ...]) -> Plan:
@@ -35,8 +35,8 @@ async def _as_events(completion: dict[str, Any]) -> AsyncIterator[list[SSEEvent]
     batch = []
     for chunk in completion_to_chunks(completion):
         data = json.dumps(chunk, separators=(",", ":"))
-        batch.append(SSEEvent(data=data, raw=encode(data)))
-    batch.append(SSEEvent(data="[DONE]", raw=DONE))
+        batch.append(SSEEvent(data=data, wire=encode(data)))
+    batch.append(SSEEvent(data="[DONE]", wire=DONE))
     yield batch
 
 
@@ -65,7 +65,7 @@ async def run_tiered(router: Any, executor: Executor, plan: Plan, config: Config
     route = config.routes[plan.route]
     outcome = await router.route(route, plan.tiers, body, headers, session_id, call_target)
     if outcome.response is not None and answered:
-        served = replace(answered[-1], attempts=attempts, body=outcome.response, raw=None)
+        served = replace(answered[-1], attempts=attempts, body=outcome.response, body_bytes=None)
         if stream:
             served.events = _as_events(outcome.response)
             served.body = None

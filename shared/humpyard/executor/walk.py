@@ -26,10 +26,10 @@ from typing import Any
 from humpyard.clock import Clock
 from humpyard.config.spec import Config, EndpointSpec, ProviderSpec
 from humpyard.errors import UpstreamError
-from humpyard.executor.records import Attempt, Served
 from humpyard.executor.stream import hold_back
 from humpyard.health.retry_after import parse_retry_after
 from humpyard.planning.types import Plan, PlannedTarget
+from humpyard.records import Attempt, Served
 from humpyard.redact import redact
 from humpyard.upstream.classify import (
     BODY_HEAD_BYTES,
@@ -237,7 +237,7 @@ class Executor:
         self._success(target, ep, ms)
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         return Served(target=target.name, endpoint=ep, status=200, attempts=attempts,
-                      body=data, raw=raw, upstream_ms=ms, usage=usage or {})
+                      body=data, body_bytes=raw, upstream_ms=ms, usage=usage or {})
 
     def _success(self, target: PlannedTarget, ep: EndpointSpec, ms: float) -> None:
         self.health.record_success(ep.key, self.clock.now())

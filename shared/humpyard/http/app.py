@@ -17,10 +17,10 @@ from starlette.types import Receive, Scope, Send
 from humpyard.clock import Clock
 from humpyard.config.spec import Config
 from humpyard.errors import HumpyardError
+from humpyard.gateway import Gateway
 from humpyard.http import admin
 from humpyard.http.chat import Endpoint, chat_completions
 from humpyard.http.errors import error_response
-from humpyard.runtime import Gateway
 from humpyard.store import Store
 
 if TYPE_CHECKING:

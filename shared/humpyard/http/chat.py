@@ -12,15 +12,15 @@ from typing import Any
 from starlette.types import Receive, Scope, Send
 
 from humpyard.errors import HumpyardError
-from humpyard.executor.records import Served
 from humpyard.flow import Call, finish, new_request_id, serve
+from humpyard.gateway import Gateway
 from humpyard.http.body import header_dict, receive_json
 from humpyard.http.errors import error_reply, internal_reply, json_reply
 from humpyard.http.reply import Reply, send_reply, send_stream
 from humpyard.keys import authenticate
 from humpyard.protocols import sse
 from humpyard.protocols.openai import validate_chat
-from humpyard.runtime import Gateway
+from humpyard.records import Served
 
 log = logging.getLogger("humpyard.http")
 
@@ -57,7 +57,7 @@ async def sse_bytes(served: Served) -> AsyncIterator[bytes]:
     assert events is not None
     try:
         async for batch in events:
-            yield batch[0].raw if len(batch) == 1 else b"".join(ev.raw for ev in batch)
+            yield batch[0].wire if len(batch) == 1 else b"".join(ev.wire for ev in batch)
     except HumpyardError as e:
         yield sse.encode(json.dumps({"error": {"message": e.message, "type": "api_error",
                                                "code": e.code}}))
@@ -95,7 +95,7 @@ async def accept(gw: Gateway, scope: Scope, receive: Receive, protocol: str,
         headers = header_dict(scope["headers"])
         key = authenticate(config.keys, headers)
         body = await receive_json(receive, headers.get("content-length"),
-                                  config.raw.max_body_bytes)
+                                  config.max_body_bytes)
         chat_body, notes = decode(body)
         call = Call(request_id=rid, config=config, key=key, headers=headers,
                     body=validate_chat(chat_body), protocol=protocol, notes=notes)
@@ -131,7 +131,7 @@ async def chat_completions(gw: Gateway, scope: Scope, receive: Receive, send: Se
     out_headers = route_headers(got.call, served, got.request_id)
     if served.events is not None:
         return await send_stream(send, receive, out_headers, sse_bytes(served))
-    reply = Reply(200, out_headers, served.raw) if served.raw is not None \
+    reply = Reply(200, out_headers, served.body_bytes) if served.body_bytes is not None \
         else json_reply(served.body, 200, out_headers)
     await send_served(gw, got.call, served, send, reply)
 

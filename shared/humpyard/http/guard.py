@@ -6,9 +6,9 @@ from starlette.requests import Request
 
 from humpyard.config.spec import KeySpec
 from humpyard.errors import ForbiddenError
+from humpyard.gateway import Gateway
 from humpyard.http.body import lower_headers
 from humpyard.keys import authenticate
-from humpyard.runtime import Gateway
 
 
 def gateway(request: Request) -> Gateway:

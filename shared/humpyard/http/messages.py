@@ -17,8 +17,8 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from humpyard.errors import HumpyardError
-from humpyard.executor.records import Served
 from humpyard.flow import finish
+from humpyard.gateway import Gateway
 from humpyard.http.body import lower_headers, read_json
 from humpyard.http.chat import Endpoint, accept, route_headers, send_served
 from humpyard.http.errors import (
@@ -33,7 +33,7 @@ from humpyard.keys import authenticate
 from humpyard.planning.estimate import estimate_prompt_tokens
 from humpyard.protocols.anthropic import decode_request, encode_response, error_body
 from humpyard.protocols.anthropic_stream import StreamTranslator, encode_event
-from humpyard.runtime import Gateway
+from humpyard.records import Served
 
 log = logging.getLogger("humpyard.http")
 
@@ -105,7 +105,7 @@ async def count_tokens(request: Request) -> Response:
     gw: Gateway = request.app.state.gateway
     try:
         authenticate(gw.config.keys, lower_headers(request))
-        body = await read_json(request, gw.config.raw.max_body_bytes)
+        body = await read_json(request, gw.config.max_body_bytes)
         if isinstance(body, dict):
             body = {"max_tokens": 1, **body}
         openai_body, _ = decode_request(body)  # type: ignore[arg-type]

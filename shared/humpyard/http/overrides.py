@@ -54,7 +54,7 @@ def routes(guarded: Callable[..., Any]) -> list[Route]:
         config = gw.config
         kind, subject, target, reason, secs = validate(
             await read_json(request, 64 * 1024), config)
-        limits = config.raw.overrides
+        limits = config.overrides
         secs = min(secs if secs is not None else limits.default_secs, limits.max_secs)
         now = gw.clock.now()
         by = key.id if key else None

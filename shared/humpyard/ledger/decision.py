@@ -8,13 +8,10 @@ key ids only, never a key or a prompt.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from humpyard.errors import HumpyardError, PlanRefused, UpstreamError
-
-if TYPE_CHECKING:
-    from humpyard.executor.records import Served
-    from humpyard.flow import Call
+from humpyard.records import Call, Served
 
 
 def _outcome(status: int, error: HumpyardError | None, stream_error: str | None) -> str:

@@ -7,7 +7,7 @@ exposition (``GET /metrics`` locally) and CloudWatch EMF records (Lambda).
 - ``gateway``: ``GatewayMetrics``, the gateway's fixed metric set.
 """
 
-from humpyard.metrics.gateway import GatewayMetrics
+from humpyard.metrics.gateway_metrics import GatewayMetrics
 from humpyard.metrics.prometheus import CONTENT_TYPE
 from humpyard.metrics.registry import Counter, Gauge, Histogram, Metrics
 

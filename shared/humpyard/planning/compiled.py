@@ -152,7 +152,7 @@ class CompiledConfig:
         self.routes: Mapping[str, RouteInfo] = {
             name: _route(r, self.targets) for name, r in config.routes.items()}
         self.budget = BudgetPolicy(config.keys)
-        self.skip_cold: bool = config.raw.health.skip_cold_targets
+        self.skip_cold: bool = config.health.skip_cold_targets
         self._view: SnapshotView | None = None
         self._rankings: dict[str, tuple[Mapping[str, LatencyFigure], FastestRanking]] = {}
 

@@ -26,7 +26,7 @@ from humpyard.config.spec import Config, KeySpec
 from humpyard.planning.types import RequestFacts, RuleCheck
 
 if TYPE_CHECKING:
-    from humpyard.config.models import SelectRule
+    from humpyard.config.spec import SelectRuleSpec as SelectRule
 
 PROFILE_HEADER = "x-humpyard-profile"
 TAG_HEADER_PREFIX = "x-humpyard-tag-"

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class SSEEvent:
-    """One dispatched event. ``raw`` is the exact bytes, for pass-through."""
+    """One dispatched event. ``wire`` is its exact bytes as received, for pass-through."""
 
     data: str
     event: str | None = None
-    raw: bytes = b""
+    wire: bytes = b""
 
 
 class SSEDecoder:
@@ -71,7 +71,7 @@ def _parse_block(block: bytes) -> SSEEvent | None:
             event = value
     if not data_lines and event is None:
         return None
-    return SSEEvent(data="\n".join(data_lines), event=event, raw=block)
+    return SSEEvent(data="\n".join(data_lines), event=event, wire=block)
 
 
 def encode(data: str, event: str | None = None) -> bytes:

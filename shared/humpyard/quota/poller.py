@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from humpyard.clock import Clock
 from humpyard.config.spec import Config, ProviderSpec
-from humpyard.metrics.gateway import GatewayMetrics
+from humpyard.metrics.gateway_metrics import GatewayMetrics
 from humpyard.quota import SOURCES
 from humpyard.quota.base import QuotaReading, QuotaSource, Window
 from humpyard.quota.view import empty_snapshot, iso, next_snapshot, provider_view, scrub
@@ -111,7 +111,7 @@ class QuotaPoller:
         """Seconds each provider's read may take."""
         if self._timeout is not None:
             return self._timeout
-        return min(DEFAULT_TIMEOUT_SECS, self._config.raw.quota_poll_secs)
+        return min(DEFAULT_TIMEOUT_SECS, self._config.quota_poll_secs)
 
     # -- polling --------------------------------------------------------------
 
@@ -210,7 +210,7 @@ class QuotaPoller:
         if self._metrics is None:
             return
         gauge = self._metrics.quota_percent
-        stale = config.raw.quota_stale_secs
+        stale = config.quota_stale_secs
         now = self._clock.now()
         live: set[tuple[str, str]] = set()
         for p in self.providers(config):
@@ -231,7 +231,7 @@ class QuotaPoller:
             await self.poll_once()
             if stop_event.is_set():
                 return
-            sleeper = asyncio.ensure_future(self._clock.sleep(self._config.raw.quota_poll_secs))
+            sleeper = asyncio.ensure_future(self._clock.sleep(self._config.quota_poll_secs))
             stopper = asyncio.ensure_future(stop_event.wait())
             try:
                 _, pending = await asyncio.wait({sleeper, stopper},
@@ -260,7 +260,7 @@ class QuotaPoller:
             log.warning("quota: could not read snapshots (%s)", type(exc).__name__)
             stored, missing = None, "the quota store could not be read"
         entries = [provider_view(p, (stored or {}).get(p.name), now,
-                                 config.raw.quota_stale_secs, missing)
+                                 config.quota_stale_secs, missing)
                    for p in self.providers(config)]
         return scrub({"providers": entries}, self._secrets(config))
 

@@ -18,10 +18,10 @@ from starlette.testclient import TestClient
 
 from humpyard.clock import FakeClock
 from humpyard.config import load_config_text
+from humpyard.gateway import Gateway, health_settings
 from humpyard.health.shared import SharedHealth
 from humpyard.http.app import create_app
 from humpyard.latency_shared import SharedLatency
-from humpyard.runtime import Gateway, health_settings
 from humpyard.store.dynamodb import DynamoDBStore
 from humpyard.store.dynamodb_calls import CallCounter, count_calls
 from tests.unit.aws.moto_support import LEDGER, STATE
@@ -59,7 +59,7 @@ class Instance:
         config = load_config_text(CONFIG, env={"CI_KEY": "ci-secret"})
         self.calls: CallCounter = count_calls(client)
         store = DynamoDBStore(STATE, LEDGER, clock=clock, client=self.calls)
-        refresh = config.raw.state_refresh_ms / 1000
+        refresh = config.state_refresh_ms / 1000
         self.gw = Gateway(config, store, transport=httpx.MockTransport(answer), clock=clock,
                           health=SharedHealth(store, health_settings(config), clock, refresh),
                           latency=SharedLatency(store, clock, refresh_secs=refresh))

@@ -123,7 +123,7 @@ def test_an_unsupported_scheme_is_a_named_failure() -> None:
 
 
 def test_the_request_path_does_not_import_httpx() -> None:
-    code = ("import sys, humpyard.http.app, humpyard.runtime, humpyard.upstream.client; "
+    code = ("import sys, humpyard.http.app, humpyard.gateway, humpyard.upstream.client; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('httpx', 'httpcore')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)

@@ -1,6 +1,6 @@
 """What the adapter tells Switchyard about the client (``switchyard_headers``)."""
 
-from humpyard.routing.switchyard import switchyard_headers
+from humpyard.switchyard.adapter import switchyard_headers
 
 
 def test_only_the_gateways_session_is_passed() -> None:

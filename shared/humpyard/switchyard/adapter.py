@@ -40,16 +40,16 @@ from typing import Any, Protocol
 
 from humpyard.config.spec import RouteSpec
 from humpyard.errors import NoEligibleTarget, UpstreamError
-from humpyard.routing import native
-from humpyard.routing.categories import ANSWERING, Categories, decode, targets
-from humpyard.routing.neutral import (
+from humpyard.switchyard import native
+from humpyard.switchyard.categories import ANSWERING, Categories, decode, targets
+from humpyard.switchyard.neutral import (
     completion_to_neutral,
     neutral_to_completion,
     neutral_to_request,
     request_to_neutral,
 )
 
-log = logging.getLogger("humpyard.routing")
+log = logging.getLogger("humpyard.switchyard")
 
 SESSION_HEADER = "x-switchyard-session-id"
 SESSION_FINAL_HEADER = "x-switchyard-session-final"

@@ -1,4 +1,4 @@
-"""Route keys → Switchyard settings, the exit guard, and the lazy import (``routing/native.py``)."""
+"""Route keys → Switchyard settings, the exit guard, the lazy import (``switchyard/native.py``)."""
 
 import ast
 import subprocess
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import humpyard
-import humpyard.routing
+import humpyard.switchyard
 from humpyard.config.spec import RouteSpec
-from humpyard.routing.native import (
+from humpyard.switchyard.native import (
     REQUIRED_VERSION,
     AlgorithmSpec,
     available,
@@ -18,7 +18,7 @@ from humpyard.routing.native import (
     settle_native_threads,
 )
 
-PACKAGE = Path(humpyard.routing.__file__).parent
+PACKAGE = Path(humpyard.switchyard.__file__).parent
 
 
 def route(type_: str, **kw: object) -> RouteSpec:
@@ -107,7 +107,7 @@ def test_only_native_imports_switchyard_and_only_inside_a_function() -> None:
 
 
 def test_importing_humpyard_and_the_adapter_does_not_import_switchyard() -> None:
-    code = ("import sys, humpyard, humpyard.routing.switchyard as s\n"
+    code = ("import sys, humpyard, humpyard.switchyard.adapter as s\n"
             "s.TieredRouter().forget_routes(set())\n"
             "loaded = [m for m in sys.modules if m.split('.')[0] in "
             "('switchyard', 'switchyard_rust')]\n"

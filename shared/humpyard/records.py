@@ -1,12 +1,20 @@
-"""What the executor reports: one ``Attempt`` per endpoint touched, and the result."""
+"""What one client request is and what happened to it.
+
+``Call`` is the request in flight (what it asked, the plan decided for it, the
+attempts made); the executor reports one ``Attempt`` per endpoint it touched
+and, when a target answered, a ``Served``. The decision record
+(``ledger/decision.py``) is built from these three.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from humpyard.config.spec import EndpointSpec
+from humpyard.config.spec import Config, EndpointSpec, KeySpec
+from humpyard.planning.types import Plan, RequestFacts
 
 
 @dataclass(slots=True)
@@ -53,7 +61,7 @@ class Served:
     status: int
     attempts: list[Attempt]
     body: dict[str, Any] | None = None
-    raw: bytes | None = None  # the upstream's buffered body, passed through as-is
+    body_bytes: bytes | None = None  # the upstream's buffered body, passed through as-is
     events: AsyncIterator[Any] | None = None
     usage: dict[str, int] = field(default_factory=dict)
     upstream_ms: float = 0.0
@@ -64,3 +72,23 @@ class Served:
         closer, self.closer = self.closer, None
         if closer is not None:
             await closer()
+
+
+@dataclass
+class Call:
+    """A request in flight: what it asked, what was decided, what happened."""
+
+    request_id: str
+    config: Config
+    key: KeySpec | None
+    headers: Mapping[str, str]
+    body: dict[str, Any]
+    protocol: str = "openai"
+    ts: float = 0.0
+    started: float = field(default_factory=time.perf_counter)
+    answered: float | None = None  # perf_counter when a buffered answer was ready
+    facts: RequestFacts | None = None
+    plan: Plan | None = None
+    attempts: list[Attempt] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    recorded: bool = False

@@ -1,8 +1,8 @@
-"""OpenAI chat ↔ Switchyard's neutral request and response (``routing/neutral.py``)."""
+"""OpenAI chat ↔ Switchyard's neutral request and response (``switchyard/neutral.py``)."""
 
 import json
 
-from humpyard.routing.neutral import (
+from humpyard.switchyard.neutral import (
     completion_to_neutral,
     content_blocks,
     neutral_to_completion,

@@ -39,12 +39,12 @@ if TYPE_CHECKING:
 
     from humpyard.upstream.transport import FastTransport
 
-log = logging.getLogger("humpyard.runtime")
+log = logging.getLogger("humpyard.gateway")
 RETENTION_EVERY_SECS = 3600.0
 
 
 def health_settings(config: Config) -> HealthSettings:
-    h = config.raw.health
+    h = config.health
     longest = max((p.timeout_secs for p in config.providers.values()), default=600)
     return HealthSettings(failure_threshold=h.failure_threshold, cooldown_secs=h.cooldown_secs,
                           max_cooldown_secs=h.max_cooldown_secs,
@@ -73,13 +73,13 @@ class Gateway:
         self.rng = rng or random.Random()
         self._config = config
         self.store = store if store is not None else open_store(
-            config.raw.ledger.path if config.raw.ledger else None, self.clock)
+            config.ledger.path if config.ledger else None, self.clock)
         self.writer = writer or writer_for(self.store)
         self.health = health or HealthBook(health_settings(config))
         self.client = UpstreamClient(transport)
         self.readiness = ReadinessProber(self._http, self.clock,
-                                         config.raw.router.probe_interval_secs,
-                                         config.raw.router.probe_timeout_secs)
+                                         config.router.probe_interval_secs,
+                                         config.router.probe_timeout_secs)
         self.metrics = GatewayMetrics(Metrics())
         self.policy = policy
         self.latency_book: LatencyBook = latency or LocalLatency()
@@ -109,8 +109,8 @@ class Gateway:
         old, self._config = self._config, config
         if hasattr(self.health, "settings"):  # HealthBook and SharedHealth
             self.health.settings = health_settings(config)
-        self.readiness.interval_secs = config.raw.router.probe_interval_secs
-        self.readiness.timeout_secs = config.raw.router.probe_timeout_secs
+        self.readiness.interval_secs = config.router.probe_interval_secs
+        self.readiness.timeout_secs = config.router.probe_timeout_secs
         # A seeded route keeps its draw sequence only while its definition is unchanged.
         self.route_rngs = {k: v for k, v in self.route_rngs.items()
                            if k in config.routes and config.routes[k] == old.routes.get(k)}
@@ -139,7 +139,7 @@ class Gateway:
 
     def purge_expired(self) -> int:
         """Delete ledger rows older than ``decision_retention_days``; returns decisions removed."""
-        ledger = self._config.raw.ledger
+        ledger = self._config.ledger
         if ledger is None or not self.store.has_ledger:
             return 0
         return int(self.store.purge(self.clock.now() - ledger.decision_retention_days * 86400))
@@ -163,7 +163,7 @@ class Gateway:
 
     def _shared_state(self, now: float) -> _Cached:
         cached = self._cached
-        refresh = self._config.raw.state_refresh_ms / 1000
+        refresh = self._config.state_refresh_ms / 1000
         if cached is not None and now - cached.taken_at < refresh:
             return cached
         overrides: tuple[Override, ...] = ()
@@ -211,7 +211,7 @@ class Gateway:
     def tiered(self) -> Any:
         """The Switchyard adapter, built (and Switchyard imported) on first use."""
         if self._tiered is None:
-            from humpyard.routing.switchyard import TieredRouter
+            from humpyard.switchyard.adapter import TieredRouter
             self._tiered = TieredRouter()
         return self._tiered
 

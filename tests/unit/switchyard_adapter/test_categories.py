@@ -1,6 +1,6 @@
-"""Tiers ↔ Switchyard categories (``routing/categories.py``)."""
+"""Tiers ↔ Switchyard categories (``switchyard/categories.py``)."""
 
-from humpyard.routing.categories import Categories, decode, encode, targets
+from humpyard.switchyard.categories import Categories, decode, encode, targets
 
 TIERS = {"efficient": ("e1", "e2"), "capable": ("c1",), "judge": ("j1",)}
 
