@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import gc
 import json
 import logging
-import signal
 import sys
-from collections.abc import Coroutine, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
 
 from humpyard.errors import ConfigError
 
 log = logging.getLogger("humpyard")
-T = TypeVar("T")
 
 
 def _setup_logging(level: str = "INFO") -> None:
@@ -62,68 +57,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_loop(main: Coroutine[Any, Any, T]) -> T:
-    """Run ``main`` on uvloop when it is installed, else on asyncio's own loop.
-
-    uvicorn's ``loop=`` setting only applies to ``Server.run``; we drive
-    ``Server.serve`` ourselves, so the loop is chosen here.
-    """
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(main)
-    return uvloop.run(main)
-
-
-async def _serve(config_path: str, host: str, port: int) -> None:
-    import uvicorn
-
-    from humpyard.config import load_config
-    from humpyard.http.app import create_app
-    from humpyard.reload import Reloader
-    from humpyard.serving import protocol_class
-    cfg = load_config(config_path)
-    for w in cfg.warnings:
-        log.warning("%s", w)
-    app = create_app(cfg)
-    gw = app.state.gateway
-    reloader = Reloader(config_path, lambda: gw.config, gw.swap_config)
-    loop = asyncio.get_running_loop()
-    try:
-        loop.add_signal_handler(signal.SIGHUP, reloader.reload)
-    except (NotImplementedError, AttributeError):
-        pass
-    # No proxy-header rewriting (humpyard never uses the client's address) and no
-    # "server: uvicorn" header: less work and less to leak on every request.
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, access_log=False,
-                                           log_config=None, timeout_keep_alive=75,
-                                           proxy_headers=False, server_header=False,
-                                           http=protocol_class()))
-    tasks = []
-    if cfg.reload_poll_secs > 0:
-        tasks.append(asyncio.create_task(_poll(reloader, gw)))
-    log.info("humpyard serving on http://%s:%d (config %s)", host, port, config_path)
-    # What exists now lives as long as the process: keep it out of the collector's
-    # scans, which otherwise walk every module and config object now and then.
-    gc.collect()
-    gc.freeze()
-    try:
-        await server.serve()
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def _poll(reloader: object, gw: object) -> None:
-    while True:
-        await asyncio.sleep(gw.config.reload_poll_secs)  # type: ignore[attr-defined]
-        reloader.poll()  # type: ignore[attr-defined]
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
+    from humpyard.serving import run_loop, serve
     try:
-        run_loop(_serve(args.config, args.host, args.port))
+        run_loop(serve(args.config, args.host, args.port))
     except ConfigError as e:
         print(e, file=sys.stderr)
         return 1

@@ -50,7 +50,7 @@ Ctrl-C stops everything.
 async def _run(config_path: str, host: str, port: int) -> None:
     import uvicorn
 
-    from humpyard.cli import _serve
+    from humpyard.serving import serve
     from humpyard.simulate import create_simulator_app
     servers = []
     for _name, sim_port, profile in SIMULATORS:
@@ -61,7 +61,7 @@ async def _run(config_path: str, host: str, port: int) -> None:
     await asyncio.sleep(0.3)
     print(_banner(host, port), flush=True)
     try:
-        await _serve(config_path, host, port)
+        await serve(config_path, host, port)
     finally:
         for s in servers:
             s.should_exit = True
@@ -70,7 +70,7 @@ async def _run(config_path: str, host: str, port: int) -> None:
 
 
 def run_demo(config: str | None, host: str, port: int) -> int:
-    from humpyard.cli import run_loop
+    from humpyard.serving import run_loop
     path = _find_config(config)
     try:
         run_loop(_run(path, host, port))

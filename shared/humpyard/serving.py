@@ -1,5 +1,9 @@
-"""``humpyard serve``'s HTTP protocol: uvicorn's, with a response's head and body
-sent in one write.
+"""``humpyard serve``: the serve loop (``serve`` under ``run_loop``), and its HTTP
+protocol: uvicorn's, with a response's head and body sent in one write.
+
+``serve`` loads the configuration, builds the app, installs the reload triggers
+(SIGHUP, ``reload_poll_secs``) and runs uvicorn until it stops; ``humpyard
+serve`` and ``humpyard demo`` both run it.
 
 uvicorn writes a response's status line and headers to the socket as soon as
 the app sends ``http.response.start``, and the body when it sends the body: two
@@ -14,7 +18,14 @@ event has arrived, as before). Everything else passes straight through.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import gc
+import logging
+import signal
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+log = logging.getLogger("humpyard")
+T = TypeVar("T")
 
 _HEAD_START = b"HTTP/1.1 "
 _HEAD_END = b"\r\n\r\n"
@@ -72,6 +83,67 @@ def protocol_class() -> type[asyncio.Protocol]:
 
     class HeadHoldingProtocol(Base):  # type: ignore[valid-type, misc]
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(HeadHoldingTransport(transport, self.loop))
+            super().connection_made(HeadHoldingTransport(transport, self.loop))  # type: ignore[arg-type]
 
     return HeadHoldingProtocol
+
+
+def run_loop(main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` on uvloop when it is installed, else on asyncio's own loop.
+
+    uvicorn's ``loop=`` setting only applies to ``Server.run``; we drive
+    ``Server.serve`` ourselves, so the loop is chosen here.
+    """
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
+async def serve(config_path: str, host: str, port: int) -> None:
+    """Serve the gateway on ``config_path`` at ``host:port`` until uvicorn stops
+    (SIGINT/SIGTERM); SIGHUP and ``reload_poll_secs`` reload the file.
+    ``ConfigError`` if the file is invalid at start."""
+    import uvicorn
+
+    from humpyard.config import load_config
+    from humpyard.http.app import create_app
+    from humpyard.reload import Reloader
+    cfg = load_config(config_path)
+    for w in cfg.warnings:
+        log.warning("%s", w)
+    app = create_app(cfg)
+    gw = app.state.gateway
+    reloader = Reloader(config_path, lambda: gw.config, gw.swap_config)
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGHUP, reloader.reload)
+    except (NotImplementedError, AttributeError):
+        pass
+    # No proxy-header rewriting (humpyard never uses the client's address) and no
+    # "server: uvicorn" header: less work and less to leak on every request.
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, access_log=False,
+                                           log_config=None, timeout_keep_alive=75,
+                                           proxy_headers=False, server_header=False,
+                                           http=protocol_class()))
+    tasks = []
+    if cfg.reload_poll_secs > 0:
+        tasks.append(asyncio.create_task(_poll_config(reloader, gw)))
+    log.info("humpyard serving on http://%s:%d (config %s)", host, port, config_path)
+    # What exists now lives as long as the process: keep it out of the collector's
+    # scans, which otherwise walk every module and config object now and then.
+    gc.collect()
+    gc.freeze()
+    try:
+        await server.serve()
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _poll_config(reloader: object, gw: object) -> None:
+    while True:
+        await asyncio.sleep(gw.config.reload_poll_secs)  # type: ignore[attr-defined]
+        reloader.poll()  # type: ignore[attr-defined]

@@ -15,7 +15,7 @@ from infra_support import resources, template, translated
 from starlette.routing import Route
 
 from humpyard.aws.env import LambdaEnv
-from humpyard.metrics import GatewayMetrics, Metrics
+from humpyard.metrics import GatewayMetrics, Metrics, emf
 from humpyard.store.dynamodb_schema import LEDGER_TABLE, STATE_TABLE, TTL_ATTRIBUTE
 
 STREAMED = {("/v1/chat/completions", "post"), ("/v1/messages", "post")}
@@ -173,7 +173,8 @@ def _emf_dimensions(metric_name: str) -> list[str]:
     gm = GatewayMetrics(Metrics())
     gm.override_oldest_age.set(1.0)
     gm.fallback_blocked.inc(route="r")
-    for record in gm.emf_records(namespace="Humpyard", service="humpyard"):
+    for record in emf.records(gm.metrics.collect(), namespace="Humpyard", service="humpyard",
+                              timestamp_ms=0):
         (directive,) = record["_aws"]["CloudWatchMetrics"]  # type: ignore[index]
         if any(m["Name"] == metric_name for m in directive["Metrics"]):
             (dims,) = directive["Dimensions"]

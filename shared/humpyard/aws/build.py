@@ -50,6 +50,7 @@ from humpyard.clock import Clock, SystemClock
 from humpyard.config import load_config_text
 from humpyard.errors import ConfigError
 from humpyard.gateway import Gateway, health_settings
+from humpyard.metrics import emf
 from humpyard.store.writer import BackgroundWriter
 
 if TYPE_CHECKING:
@@ -77,6 +78,7 @@ def build_gateway(env: LambdaEnv, *, dynamodb: Any = None, secretsmanager: Any =
     ``api_key_env``/``key_env`` resolve against, with the secret's pairs laid
     over it.
     """
+    from humpyard.aws.clients import dynamodb_client
     from humpyard.health.shared import SharedHealth
     from humpyard.latency_shared import SharedLatency
     from humpyard.store.dynamodb import DynamoDBStore
@@ -91,7 +93,8 @@ def build_gateway(env: LambdaEnv, *, dynamodb: Any = None, secretsmanager: Any =
     config = load_config_text(text, source=source.name, env=values)
     retention = config.ledger.decision_retention_days if config.ledger else 30
     store = DynamoDBStore(env.state_table, env.ledger_table, clock=clock,
-                          client=dynamodb, retention_days=retention)
+                          client=dynamodb if dynamodb is not None else dynamodb_client(),
+                          retention_days=retention)
     refresh = config.state_refresh_ms / 1000
     health = SharedHealth(store, health_settings(config), clock, refresh)
     latency = SharedLatency(store, clock, refresh_secs=refresh)
@@ -188,8 +191,9 @@ class Instance:
 
     def emit_metrics(self) -> int:
         """Print the metrics since the last call as EMF, one JSON line each; the count."""
-        records = self.gateway.metrics.emf_records(namespace=self.env.namespace,
-                                                   service=self.env.service)
+        records = emf.records(self.gateway.metrics.metrics.collect(),
+                              namespace=self.env.namespace, service=self.env.service,
+                              timestamp_ms=int(self.gateway.clock.now() * 1000))
         if records:
             self.stdout.write("".join(json.dumps(r, separators=(",", ":")) + "\n"
                                       for r in records))

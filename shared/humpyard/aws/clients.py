@@ -25,3 +25,14 @@ def session() -> Any:
 def client(service: str, **kwargs: Any) -> Any:
     """``boto3.client(service, **kwargs)`` without boto3: a botocore client."""
     return session().create_client(service, **kwargs)
+
+
+def dynamodb_client() -> Any:
+    """The DynamoDB client a ``DynamoDBStore`` is given, with botocore's own retries off.
+
+    The store retries (through the injected clock) instead, so attempts are
+    counted once. ``AWS_ENDPOINT_URL_DYNAMODB`` points it at an emulator.
+    """
+    from botocore.config import Config
+    return client("dynamodb", config=Config(
+        retries={"total_max_attempts": 1}, connect_timeout=2, read_timeout=5))

@@ -147,7 +147,7 @@ class Tail(_Strict):
     """Fixed targets after a pool, reached from the last member only on ``on``."""
 
     targets: list[str] = Field(min_length=1)
-    on: list[FailureClassName] = Field(default_factory=lambda: ["overflow"])
+    on: list[FailureClassName] = Field(default_factory=lambda: ["overflow"])  # type: ignore[arg-type]
 
 
 class Route(_Strict):

@@ -17,8 +17,8 @@ from humpyard.errors import HumpyardError, RequestError
 from humpyard.http.body import finite
 from humpyard.http.errors import error_response, internal_error, json_response
 from humpyard.http.guard import gateway, require_key
-from humpyard.metrics import CONTENT_TYPE
-from humpyard.store.writer import BackgroundWriter
+from humpyard.metrics import prometheus
+from humpyard.store.writer import BackgroundWriter, InlineWriter
 
 Handler = Callable[[Request], Awaitable[Response]]
 DAY = 86400.0
@@ -52,7 +52,7 @@ async def models(request: Request) -> Response:
     return json_response({"object": "list", "data": data})
 
 
-def _flush(writer: BackgroundWriter) -> None:
+def _flush(writer: BackgroundWriter | InlineWriter) -> None:
     writer.flush(timeout=2.0)
 
 
@@ -177,7 +177,8 @@ async def metrics(request: Request) -> Response:
     require_key(request)
     gw = gateway(request)
     gw.refresh_gauges()
-    return PlainTextResponse(gw.metrics.render_prometheus(), media_type=CONTENT_TYPE)
+    return PlainTextResponse(prometheus.render(gw.metrics.metrics.collect()),
+                             media_type=prometheus.CONTENT_TYPE)
 
 
 def routes() -> list[Route]:

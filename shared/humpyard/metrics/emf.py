@@ -22,7 +22,7 @@ dimension values).
 
 Values per kind:
 
-- counter: the increase since the previous ``emf_records()`` call; series
+- counter: the increase since the previous ``records()`` call; series
   that did not move are left out (alarms should treat missing data as 0,
   ``TreatMissingData: notBreaching``).
 - gauge: the current value of every series at each call.
@@ -46,10 +46,11 @@ MAX_DIMENSION_VALUE = 1024
 
 def records(metrics: Iterable[Counter | Gauge | Histogram], *, namespace: str, service: str,
             timestamp_ms: int) -> list[dict[str, Any]]:
-    """Take every metric's EMF values (advancing the counters' baselines) and shape records."""
+    """Take every metric's values for this window (``take``: counters' baselines advance,
+    histograms' samples are emptied) and shape them as EMF records."""
     groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[tuple[str, str, list[float]]]] = {}
     for m in metrics:
-        for key, values in m._emf_take():
+        for key, values in m.take():
             groups.setdefault((m.labelnames, key), []).append((m.name, m.unit, values))
     out: list[dict[str, Any]] = []
     for (names, key), entries in groups.items():

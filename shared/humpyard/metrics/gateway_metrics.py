@@ -109,12 +109,3 @@ class GatewayMetrics:
             self.retry_after_honored, self.overrides_active, self.override_oldest_age,
             self.routability_resends, self.routability_resend_seconds, self.gateway_overhead,
             self.endpoint_state, self.quota_percent, self.budget_spend_usd))
-
-    def render_prometheus(self) -> str:
-        """The whole registry (not only this set) in Prometheus text format."""
-        return self.metrics.render_prometheus()
-
-    def emf_records(self, namespace: str = "Humpyard",
-                    service: str = "humpyard") -> list[dict[str, object]]:
-        """The whole registry as CloudWatch EMF records; see ``humpyard.metrics.emf``."""
-        return self.metrics.emf_records(namespace=namespace, service=service)

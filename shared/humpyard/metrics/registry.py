@@ -3,8 +3,8 @@
 A metric's series live in a dict keyed by the tuple of its label values, in
 declaration order; the hot path (``inc``/``set``/``observe``) builds that tuple
 and updates one dict entry under the metric's own lock. Nothing is formatted
-until a render. Label names are fixed when a metric is declared; label values
-are converted with ``str()``.
+until a render (``prometheus.render``, ``emf.records``). Label names are fixed
+when a metric is declared; label values are converted with ``str()``.
 
 Label values must never be secrets. Metrics that are about a client key use
 the key's configured *id* (``[keys.<id>]``), never the key itself, and
@@ -23,10 +23,6 @@ import threading
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
-
-from humpyard.clock import Clock, SystemClock
-from humpyard.metrics.emf import records as _emf_records
-from humpyard.metrics.prometheus import render as _render_prometheus
 
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 _LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
@@ -117,8 +113,8 @@ class Counter(_Metric):
         with self._lock:
             return dict(self._values)
 
-    def _emf_take(self) -> list[tuple[LabelKey, list[float]]]:
-        """Per series, the increase since the previous call; unmoved series are left out."""
+    def take(self) -> list[tuple[LabelKey, list[float]]]:
+        """Per series, the increase since the previous ``take``; unmoved series are left out."""
         out = []
         with self._lock:
             for key, total in self._values.items():
@@ -182,7 +178,7 @@ class Gauge(_Metric):
         with self._lock:
             return dict(self._values)
 
-    def _emf_take(self) -> list[tuple[LabelKey, list[float]]]:
+    def take(self) -> list[tuple[LabelKey, list[float]]]:
         """Every series' current value (an unlabelled gauge that was never set reads 0)."""
         with self._lock:
             items = list(self._values.items())
@@ -198,8 +194,8 @@ class _HistSeries:
         self.counts = [0] * n  # per bucket, not cumulative; the last one is +Inf
         self.sum = 0.0
         self.count = 0
-        self.recent: list[float] = []  # a uniform sample of values since the last EMF call
-        self.seen = 0  # values observed since the last EMF call
+        self.recent: list[float] = []  # a uniform sample of values since the last take
+        self.seen = 0  # values observed since the last take
 
 
 class Histogram(_Metric):
@@ -243,8 +239,8 @@ class Histogram(_Metric):
         with self._lock:
             return {k: (list(s.counts), s.sum, s.count) for k, s in self._series.items()}
 
-    def _emf_take(self) -> list[tuple[LabelKey, list[float]]]:
-        """Per series, the values observed since the previous call: all of them up to
+    def take(self) -> list[tuple[LabelKey, list[float]]]:
+        """Per series, the values observed since the previous ``take``: all of them up to
         ``EMF_MAX_VALUES``, beyond that a uniform sample of that many."""
         out = []
         with self._lock:
@@ -260,13 +256,12 @@ class Metrics:
     """A registry of counters, gauges and histograms; safe to use from any thread.
 
     Declaring a name twice returns the existing metric when kind and label
-    names match, and raises ``ValueError`` otherwise. ``render_prometheus``
-    and ``emf_records`` (see ``humpyard.metrics.emf`` for the record shape)
-    read every metric in declaration order.
+    names match, and raises ``ValueError`` otherwise. ``collect`` hands every
+    metric, in declaration order, to a renderer (``prometheus.render``,
+    ``emf.records``); the registry knows nothing of their formats.
     """
 
-    def __init__(self, clock: Clock | None = None) -> None:
-        self.clock: Clock = clock or SystemClock()
+    def __init__(self) -> None:
         self._metrics: dict[str, _Metric] = {}
         self._lock = threading.Lock()
         self._forbidden: frozenset[bytes] = frozenset()
@@ -322,13 +317,3 @@ class Metrics:
             for v in key:
                 if hashlib.sha256(v.encode()).digest() in forbidden:
                     raise ValueError(f"{name}: a label value is a secret; label with the key id")
-
-    def render_prometheus(self) -> str:
-        """Prometheus text exposition format 0.0.4 (``text/plain; version=0.0.4``)."""
-        return _render_prometheus(self.collect())
-
-    def emf_records(self, namespace: str = "Humpyard",
-                    service: str = "humpyard") -> list[dict[str, Any]]:
-        """CloudWatch EMF documents for everything since the previous call; see ``emf``."""
-        return _emf_records(self.collect(), namespace=namespace, service=service,
-                       timestamp_ms=int(self.clock.now() * 1000))

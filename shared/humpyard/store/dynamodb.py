@@ -32,11 +32,11 @@ __all__ = ["LEDGER_TABLE", "STATE_TABLE", "DynamoDBStore", "create_tables"]
 class DynamoDBStore(DynamoDBLedger, DynamoDBOverrides, DynamoDBQuota, DynamoDBLive):
     """A ``Store`` on the tables ``state_table`` and ``ledger_table``.
 
-    ``DynamoDBStore(state_table, ledger_table, *, clock, client=None,
-    retention_days=30)``: ``client`` is a boto3 DynamoDB client (built from
-    the environment when None, with botocore's retries off because the store
-    retries itself); ``clock`` stamps TTLs and write-order tie-breakers and
-    provides the backoff sleep; ``retention_days`` sets the TTL of
+    ``DynamoDBStore(state_table, ledger_table, *, clock, client,
+    retention_days=30)``: ``client`` is a boto3/botocore DynamoDB client,
+    given by the caller (``aws.clients.dynamodb_client`` in Lambda: botocore's
+    retries off, because the store retries itself); ``clock`` stamps TTLs and
+    write-order tie-breakers and provides the backoff sleep; ``retention_days`` sets the TTL of
     decisions, stats, quota history and the audit (overrides live until
     ``expires_at`` plus the retention). Optional keywords: ``max_attempts``
     (4) per call on throttling or 5xx, ``sleep`` and ``rng`` for the backoff.

@@ -103,19 +103,6 @@ def blocking_sleep(clock: Clock) -> Callable[[float], None]:
     return sleep
 
 
-def default_client() -> Any:
-    """A DynamoDB client from the environment, with botocore's own retries off.
-
-    The store retries (through the injected clock) instead, so attempts are
-    counted once. ``AWS_ENDPOINT_URL_DYNAMODB`` points it at an emulator.
-    """
-    from botocore.config import Config
-
-    from humpyard.aws.clients import client
-    return client("dynamodb", config=Config(
-        retries={"total_max_attempts": 1}, connect_timeout=2, read_timeout=5))
-
-
 # -- typed values ------------------------------------------------------------------
 
 
@@ -225,7 +212,7 @@ class DynamoDBBase:
     """
 
     def __init__(self, state_table: str, ledger_table: str, *, clock: Clock,
-                 client: Any = None, retention_days: float = 30,
+                 client: Any, retention_days: float = 30,
                  max_attempts: int = 4, sleep: Callable[[float], None] | None = None,
                  rng: random.Random | None = None) -> None:
         if not state_table or not ledger_table:
@@ -236,7 +223,7 @@ class DynamoDBBase:
         self.ledger_table = ledger_table
         self.retention_secs = float(retention_days) * DAY
         self._clock = clock
-        self._client = client if client is not None else default_client()
+        self._client = client
         self._max_attempts = max(1, max_attempts)
         self._sleep = sleep or blocking_sleep(clock)
         self._rng = rng or random.Random()

@@ -6,7 +6,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from humpyard.metrics import CONTENT_TYPE, GatewayMetrics, Metrics
+from humpyard.metrics import CONTENT_TYPE, GatewayMetrics, Metrics, prometheus
 
 _LABEL_START = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="')
 _UNESCAPE = {"n": "\n", "\\": "\\", '"': '"'}
@@ -77,7 +77,7 @@ def test_help_type_labels_and_escaping() -> None:
     c.inc(3, route="plain", status="500")
     g = m.gauge("t_ratio", "A ratio.")
     g.set(0.25)
-    fams = parse(m.render_prometheus())
+    fams = parse(prometheus.render(m.collect()))
     assert list(fams) == ["t_total", "t_ratio"]
     assert fams["t_total"].help == 'Counts "things"\nwith a back\\slash.'
     assert fams["t_total"].type == "counter"
@@ -95,7 +95,7 @@ def test_histogram_buckets_are_cumulative_with_sum_and_count() -> None:
     for v in (0.05, 0.1, 0.3, 0.3, 1.0, 9.0):
         h.observe(v, route="a")
     h.observe(0.2, route="b")
-    fam = parse(m.render_prometheus())["t_seconds"]
+    fam = parse(prometheus.render(m.collect()))["t_seconds"]
     assert fam.type == "histogram"
     a = [(n, lbl, v) for n, lbl, v in fam.samples if lbl["route"] == "a"]
     buckets = [(lbl["le"], v) for n, lbl, v in a if n == "t_seconds_bucket"]
@@ -109,7 +109,7 @@ def test_histogram_buckets_are_cumulative_with_sum_and_count() -> None:
 
 def test_unlabelled_metrics_render_zero_before_first_use() -> None:
     gm = GatewayMetrics(Metrics())
-    fams = parse(gm.render_prometheus())
+    fams = parse(prometheus.render(gm.metrics.collect()))
     assert fams["humpyard_override_oldest_age_seconds"].samples == [
         ("humpyard_override_oldest_age_seconds", {}, 0.0)]
     assert fams["humpyard_retry_after_honored_total"].samples[0][2] == 0
@@ -128,7 +128,7 @@ def test_special_values() -> None:
     g.set(math.nan, k="nan")
     g.set(1e-7, k="small")
     g.set(12.0, k="int")
-    text = m.render_prometheus()
+    text = prometheus.render(m.collect())
     assert 't_value{k="inf"} +Inf' in text
     assert 't_value{k="ninf"} -Inf' in text
     assert 't_value{k="nan"} NaN' in text
