@@ -334,6 +334,3 @@ async def openapi_json(request: Request) -> Response:
         cached = request.app.state.openapi = openapi_document(request.app.routes)
     return json_response(cached)
 
-
-def routes() -> list[Route]:
-    return [Route("/openapi.json", openapi_json, methods=["GET"])]
