@@ -8,8 +8,8 @@ serve`` and ``humpyard demo`` both run it.
 uvicorn writes a response's status line and headers to the socket as soon as
 the app sends ``http.response.start``, and the body when it sends the body: two
 ``send`` system calls, and two wake-ups of the client, for every buffered
-answer. On this kind of machine a loopback ``send`` costs ~100 µs of the
-gateway's own time (docs/decisions/0003-performance.md). ``HeadHoldingTransport``
+answer; each ``send`` is a measurable share of the gateway's own time
+(docs/decisions/0003-performance.md, "Round 2"). ``HeadHoldingTransport``
 keeps a response head back until the next write, which it joins to it, or until
 the end of the current event-loop turn (a stream's head goes out before its first
 event has arrived, as before). Everything else passes straight through.
