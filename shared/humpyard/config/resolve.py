@@ -211,7 +211,6 @@ def _routes(raw: RawConfig, targets: dict[str, TargetSpec],
         spec = RouteSpec(
             name=name, type=r.type, targets=members,
             fallback_on=_fallback(r),
-            fallback_on_explicit=r.fallback_on is not None,
             weights=tuple(r.weights) if r.weights is not None else None, seed=r.seed,
             explore=r.explore, min_samples=r.min_samples, max_age_secs=r.max_age_secs,
             quality_weight=r.quality_weight, latency_target_ms=r.latency_target_ms,

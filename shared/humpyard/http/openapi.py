@@ -37,7 +37,6 @@ BOOL: Schema = {"type": "boolean"}
 ANY_OBJECT: Schema = {"type": "object"}
 OPT_STR: Schema = {"type": ["string", "null"]}
 OPT_NUM: Schema = {"type": ["number", "null"]}
-OPT_INT: Schema = {"type": ["integer", "null"]}
 
 
 def obj(props: dict[str, Schema], *required: str, extra: bool = True) -> Schema:
