@@ -19,8 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from humpyard.errors import HumpyardError, UpstreamError
@@ -83,6 +82,20 @@ class Recording:
             if self.gw.record_before_reply:
                 self.close(status=200)
 
+    async def __aenter__(self) -> Recording:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, e: BaseException | None,
+                        tb: object) -> None:
+        if e is None or self.replying:
+            self.close(status=200)  # the block sent the answer: recording never delays it
+        elif isinstance(e, HumpyardError):
+            self.close(status=e.status, error=e)
+        elif isinstance(e, asyncio.CancelledError):
+            self.close(status=CLIENT_GONE.status, error=CLIENT_GONE)
+        else:
+            self.close(status=500, error=INTERNAL)
+
     def close(self, *, status: int, error: HumpyardError | None = None) -> None:
         """Write the decision, spend and metrics, once; later calls do nothing. Never raises."""
         if self.closed:
@@ -94,30 +107,17 @@ class Recording:
             log.exception("could not record decision request_id=%s", self.call.request_id)
 
 
-@asynccontextmanager
-async def recording(gw: Gateway, call: Call) -> AsyncIterator[Recording]:
-    """Open ``call``'s record; it is written when the block ends, however it ends.
+def recording(gw: Gateway, call: Call) -> Recording:
+    """Open ``call``'s record: ``async with recording(gw, call) as rec: ...``.
 
-    A ``HumpyardError`` is recorded with its status, any other exception as a
-    500, a cancellation (the client gone, the server stopping) as 499; the
-    exception then propagates. A block that ends normally, or fails while the
-    answer is being sent (``replying``: the answer was given, the client is
-    gone), records 200 with what ``answered``/``watch`` saw.
+    The record is written when the block ends, however it ends: a
+    ``HumpyardError`` is recorded with its status, any other exception as a
+    500, a cancellation (the client gone, the server stopping) as 499, and
+    the exception then propagates. A block that ends normally, or fails while
+    the answer is being sent (``replying``: the answer was given, the client
+    is gone), records 200 with what ``answered``/``watch`` saw.
     """
-    rec = Recording(gw, call)
-    try:
-        yield rec
-    except BaseException as e:
-        if rec.replying:
-            rec.close(status=200)
-        elif isinstance(e, HumpyardError):
-            rec.close(status=e.status, error=e)
-        elif isinstance(e, asyncio.CancelledError):
-            rec.close(status=CLIENT_GONE.status, error=CLIENT_GONE)
-        else:
-            rec.close(status=500, error=INTERNAL)
-        raise
-    rec.close(status=200)  # the block sent the answer: recording never delays it
+    return Recording(gw, call)
 
 
 def _write(gw: Gateway, call: Call, status: int, served: Served | None,
