@@ -63,10 +63,13 @@ class ClientProtocol:
 
 
 def route_headers(call: Call, served: Served | None) -> Headers:
-    """The x-humpyard-* response headers for what is known so far."""
+    """The x-humpyard-* response headers for what is known so far.
+
+    Every value is a name from the configuration or the gateway's own (never a
+    model name the client sent: an unknown model gets no route header)."""
     h = {"x-humpyard-request-id": call.request_id}
     plan = call.plan
-    if plan is not None:
+    if plan is not None and plan.route in call.config.routes:
         h["x-humpyard-route"] = plan.route
         h["x-humpyard-rule"] = plan.rule
     if served is not None:
