@@ -156,15 +156,16 @@ def _count(gw: Gateway, call: Call, decision: dict[str, Any], status: int,
             m.upstream_attempts.inc(target=a.target, provider=a.provider,
                                     outcome="ok" if a.failure_class is None
                                     else a.failure_class)
-    # One line per request at DEBUG: the decision in the ledger is the record, and
-    # formatting a log line costs more than the rest of the gateway's own work.
     if decision["outcome"] in ("failed", "stream_broken"):
-        log.warning("request failed request_id=%s route=%s status=%s error=%s",
-                    call.request_id, route, status, decision.get("error"))
-    elif log.isEnabledFor(logging.DEBUG):
-        log.debug("request request_id=%s route=%s rule=%s target=%s status=%s outcome=%s "
-                  "ms=%.1f", call.request_id, route, decision.get("rule"), target, status,
-                  decision.get("outcome"), latency_ms)
+        log.warning("request failed request_id=%s route=%s rule=%s target=%s provider=%s "
+                    "status=%s ms=%.1f outcome=%s error=%s", call.request_id, route,
+                    decision.get("rule") or "-", target, decision.get("provider") or "-",
+                    status, latency_ms, decision["outcome"], decision.get("error"))
+    elif call.config.log_requests and log.isEnabledFor(logging.INFO):
+        log.info("request request_id=%s route=%s rule=%s target=%s provider=%s status=%s "
+                 "ms=%.1f outcome=%s", call.request_id, route, decision.get("rule") or "-",
+                 target, decision.get("provider") or "-", status, latency_ms,
+                 decision["outcome"])
 
 
 def _count_removals(gw: Gateway, plan: Plan) -> None:

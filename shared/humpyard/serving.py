@@ -109,6 +109,7 @@ async def serve(config_path: str, host: str, port: int) -> None:
 
     from humpyard.config import load_config
     from humpyard.http.app import create_app
+    from humpyard.logsink import BufferedStderr, flush_periodically
     from humpyard.reload import Reloader
     cfg = load_config(config_path)
     for w in cfg.warnings:
@@ -127,7 +128,8 @@ async def serve(config_path: str, host: str, port: int) -> None:
                                            log_config=None, timeout_keep_alive=75,
                                            proxy_headers=False, server_header=False,
                                            http=protocol_class()))
-    tasks = []
+    tasks = [asyncio.create_task(flush_periodically(h)) for h in logging.getLogger().handlers
+             if isinstance(h, BufferedStderr)]
     if cfg.reload_poll_secs > 0:
         tasks.append(asyncio.create_task(_poll_config(reloader, gw)))
     log.info("humpyard serving on http://%s:%d (config %s)", host, port, config_path)

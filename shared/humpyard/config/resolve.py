@@ -68,6 +68,7 @@ def resolve(raw: RawConfig, env: Mapping[str, str], *, source: str = "<memory>",
         quota_poll_secs=raw.quota_poll_secs, quota_stale_secs=raw.quota_stale_secs,
         reload_poll_secs=raw.reload_poll_secs, state_refresh_ms=raw.state_refresh_ms,
         max_body_bytes=raw.max_body_bytes,
+        stream_heartbeat_secs=raw.stream_heartbeat_secs, log_requests=raw.log_requests,
         public=public_document(raw.model_dump(mode="json", by_alias=True, exclude_none=True),
                                routes),
         source=source, digest=digest, warnings=tuple(warnings))

@@ -232,6 +232,8 @@ class Config:
     reload_poll_secs: float = 0
     state_refresh_ms: float = 1000
     max_body_bytes: int = 32 * 1024 * 1024
+    stream_heartbeat_secs: float = 15
+    log_requests: bool = True
     public: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     source: str = "<memory>"
     digest: str = ""
