@@ -24,6 +24,9 @@ tool result is in the conversation yet, the answer is a call of that tool;
 once a tool result is present, the answer is a text that quotes it
 (``"tool said: ..."``), so a test can see the round trip complete. Without a
 plan, or for side requests that offer no tools, the answer is ``text``.
+With ``reasoning``, a tool call comes after a thinking block (Anthropic, with
+a signature) or a reasoning item (Responses, with ``encrypted_content``), so
+the agent sends it back on its next turn as it would to the real provider.
 """
 
 from __future__ import annotations
@@ -55,9 +58,11 @@ class ToolPlan:
 class Recorder:
     """The server; use as a context manager. ``requests`` is safe to read at any time."""
 
-    def __init__(self, *, text: str = "hello from the fake", tool: ToolPlan | None = None):
+    def __init__(self, *, text: str = "hello from the fake", tool: ToolPlan | None = None,
+                 reasoning: bool = False):
         self.text = text
         self.tool = tool
+        self.reasoning = reasoning
         self._lock = threading.Lock()
         self._requests: list[Recorded] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
@@ -131,13 +136,13 @@ def _handler_for(rec: Recorder) -> type[BaseHTTPRequestHandler]:
             if path.endswith("/messages/count_tokens"):
                 self._json(200, {"input_tokens": 42})
             elif path.endswith("/messages"):
-                reply = anthropic_reply(body, rec.text, rec.tool)
+                reply = anthropic_reply(body, rec.text, rec.tool, rec.reasoning)
                 if body.get("stream"):
                     self._sse(anthropic_events(reply))
                 else:
                     self._json(200, reply)
             elif path.endswith("/responses"):
-                self._sse(responses_events(body, rec.text, rec.tool))
+                self._sse(responses_events(body, rec.text, rec.tool, rec.reasoning))
             else:
                 self._json(404, {"error": {"type": "not_found_error", "message": path}})
 
@@ -183,7 +188,8 @@ def _anthropic_tool_result(messages: Any) -> str | None:
     return found
 
 
-def anthropic_reply(body: dict, text: str, tool: ToolPlan | None) -> dict:
+def anthropic_reply(body: dict, text: str, tool: ToolPlan | None,
+                    reasoning: bool = False) -> dict:
     """The Anthropic ``message`` this fake answers ``body`` with."""
     result = _anthropic_tool_result(body.get("messages"))
     content: list[dict]
@@ -192,6 +198,9 @@ def anthropic_reply(body: dict, text: str, tool: ToolPlan | None) -> dict:
     elif tool is not None and _offers(body.get("tools"), tool.name):
         content = [{"type": "tool_use", "id": "toolu_fake_1", "name": tool.name,
                     "input": tool.arguments}]
+        if reasoning:
+            content.insert(0, {"type": "thinking", "thinking": "The user wants the tool.",
+                               "signature": "c2lnbmF0dXJlLWZha2U="})
         stop = "tool_use"
     else:
         content, stop = [{"type": "text", "text": text}], "end_turn"
@@ -207,7 +216,15 @@ def anthropic_events(message: dict) -> list[tuple[str, dict]]:
     events: list[tuple[str, dict]] = [("message_start", {"type": "message_start",
                                                          "message": start})]
     for i, block in enumerate(message["content"]):
-        if block["type"] == "text":
+        if block["type"] == "thinking":
+            events.append(("content_block_start", {
+                "type": "content_block_start", "index": i,
+                "content_block": {"type": "thinking", "thinking": "", "signature": ""}}))
+            events.append(("content_block_delta", {
+                "type": "content_block_delta", "index": i,
+                "delta": {"type": "thinking_delta", "thinking": block["thinking"]}}))
+            delta = {"type": "signature_delta", "signature": block["signature"]}
+        elif block["type"] == "text":
             events.append(("content_block_start", {"type": "content_block_start", "index": i,
                                                    "content_block": {"type": "text",
                                                                      "text": ""}}))
@@ -249,9 +266,11 @@ def _offers_function(tools: Any, name: str) -> bool:
         for t in tools)
 
 
-def responses_events(body: dict, text: str, tool: ToolPlan | None) -> list[tuple[str, dict]]:
+def responses_events(body: dict, text: str, tool: ToolPlan | None,
+                     reasoning: bool = False) -> list[tuple[str, dict]]:
     """A complete Responses API event stream answering ``body``."""
     output_text = None
+    items: list[dict] = []
     result = _responses_tool_output(body.get("input"))
     item: dict[str, Any]
     if result is not None:
@@ -260,6 +279,10 @@ def responses_events(body: dict, text: str, tool: ToolPlan | None) -> list[tuple
         item = {"type": "function_call", "id": "fc_fake_1", "call_id": "call_fake_1",
                 "name": tool.name, "arguments": json.dumps(tool.arguments),
                 "status": "completed"}
+        if reasoning:
+            items.append({"type": "reasoning", "id": "rs_fake_1", "encrypted_content":
+                          "gAAAAABfakeEncryptedReasoning==",
+                          "summary": [{"type": "summary_text", "text": "Use the tool."}]})
     else:
         output_text = text
     if output_text is not None:
@@ -271,23 +294,24 @@ def responses_events(body: dict, text: str, tool: ToolPlan | None) -> list[tuple
         "status": "in_progress", "model": body.get("model", "fake"), "output": [],
         "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
     }
+    items.append(item)
     seq = iter(range(1_000))
     events: list[tuple[str, dict]] = [
         ("response.created", {"type": "response.created", "sequence_number": next(seq),
-                              "response": response}),
-        ("response.output_item.added", {"type": "response.output_item.added",
-                                        "sequence_number": next(seq), "output_index": 0,
-                                        "item": {**item, "status": "in_progress"}}),
-    ]
-    if output_text is not None:
-        events.append(("response.output_text.delta", {
-            "type": "response.output_text.delta", "sequence_number": next(seq),
-            "item_id": item["id"], "output_index": 0, "content_index": 0,
-            "delta": output_text}))
-    events.append(("response.output_item.done", {"type": "response.output_item.done",
-                                                 "sequence_number": next(seq),
-                                                 "output_index": 0, "item": item}))
-    done = {**response, "status": "completed", "output": [item],
+                              "response": response})]
+    for index, one in enumerate(items):
+        events.append(("response.output_item.added", {
+            "type": "response.output_item.added", "sequence_number": next(seq),
+            "output_index": index, "item": {**one, "status": "in_progress"}}))
+        if one is item and output_text is not None:
+            events.append(("response.output_text.delta", {
+                "type": "response.output_text.delta", "sequence_number": next(seq),
+                "item_id": item["id"], "output_index": index, "content_index": 0,
+                "delta": output_text}))
+        events.append(("response.output_item.done", {
+            "type": "response.output_item.done", "sequence_number": next(seq),
+            "output_index": index, "item": one}))
+    done = {**response, "status": "completed", "output": items,
             "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15,
                       "input_tokens_details": {"cached_tokens": 0},
                       "output_tokens_details": {"reasoning_tokens": 0}}}
