@@ -27,6 +27,10 @@ _ECHOED = {"instructions": None, "metadata": None, "max_output_tokens": None,
            "truncation": "disabled"}
 
 
+def _dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
 def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
@@ -62,8 +66,8 @@ def response_object(ctx: ResponsesContext, *, response_id: str, created_at: int,
                     error: dict | None = None) -> dict:
     """A ``response`` object: the request's options echoed, and ``output``/``status``."""
     request = ctx.request
-    reasoning = request.get("reasoning") if isinstance(request.get("reasoning"), dict) else {}
-    text = request.get("text") if isinstance(request.get("text"), dict) else {}
+    reasoning = _dict(request.get("reasoning"))
+    text = _dict(request.get("text"))
     body: dict[str, Any] = {
         "id": response_id, "object": "response", "created_at": created_at,
         "status": status, "model": ctx.model, "output": output,

@@ -259,10 +259,10 @@ def _decode_options(body: dict, out: dict, notes: list[str], forward_user: bool)
         for value in include:
             note(notes, f"include {value!r} not honoured: the upstream returns no such data")
     for key in ("user", "safety_identifier"):
-        value = opt_str(body, key, key) if key in body else None
-        if value is not None:
+        identifier = opt_str(body, key, key)
+        if identifier is not None:
             if forward_user:
-                out[key] = value
+                out[key] = identifier
             else:
                 note(notes, f"{key} not forwarded: client identifiers stay at the gateway")
     if opt_str(body, "prompt_cache_key", "prompt_cache_key") is not None:
