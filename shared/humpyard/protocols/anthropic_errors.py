@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import re
 
-
 BODY_HEAD_BYTES = 4096
 """How much of a body is read: the same as ``upstream.classify.BODY_HEAD_BYTES``."""
 
@@ -46,8 +45,8 @@ def anthropic_error_facts(status: int, body: bytes) -> tuple[int, bytes]:
     error = doc.get("error") if isinstance(doc, dict) else None
     if not isinstance(error, dict):
         return status, head
-    kind = error.get("type") if isinstance(error.get("type"), str) else "api_error"
-    message = error.get("message") if isinstance(error.get("message"), str) else ""
+    kind = str(error.get("type") or "api_error")
+    message = str(error.get("message") or "")
     code: str | None = None
     if status in (400, 404) and kind == "not_found_error" and _MODEL.search(message):
         code = "model_not_found"
