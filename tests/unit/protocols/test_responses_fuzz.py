@@ -46,17 +46,21 @@ tool = near({"type": st.sampled_from(["function", "namespace", "custom", "web_se
              "parameters": st.just({"type": "object"}),
              "tools": st.lists(near({"type": st.just("function"),
                                      "name": st.sampled_from(["f", "g"])}), max_size=2)})
-bodies = near({
-    "model": st.sampled_from(["r", ""]),
-    "input": st.one_of(st.text(max_size=6), st.lists(item, max_size=4)),
+optional = {
     "instructions": st.text(max_size=6), "tools": st.lists(tool, max_size=3),
     "tool_choice": st.sampled_from(["auto", "none", "required"]),
-    "max_output_tokens": st.integers(-1, 10**8), "temperature": st.floats(allow_nan=False),
+    "max_output_tokens": st.integers(-1, 10**8), "temperature": st.floats(0, 2),
     "reasoning": near({"effort": st.sampled_from(["low", "high", "x"])}),
     "text": near({"format": near({"type": st.sampled_from(["text", "json_schema"]),
                                   "name": st.just("n"), "schema": st.just({})})}),
     "store": st.booleans(), "stream": st.booleans(), "include": st.lists(st.text(max_size=4)),
-})
+}
+inputs = st.one_of(st.text(max_size=6), st.lists(item, max_size=4))
+# mostly well-formed bodies (the decoder's paths), some with anything anywhere (its refusals)
+bodies = st.one_of(
+    st.fixed_dictionaries({"model": st.just("r"), "input": inputs},
+                          optional=optional),
+    near({"model": st.sampled_from(["r", ""]), "input": inputs, **optional}))
 
 
 @FAST
