@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.agents.harness import AgentRun, run_claude, run_codex
+from tests.agents.harness import ROOT, AgentRun, codex_config, run_claude, run_codex
 from tests.agents.recorder import Recorder, ToolPlan
 
 NOTE = "the note says 42"
@@ -83,3 +83,12 @@ def test_codex_tool_round_trip(workdir):
     [call] = [i for i in second["input"] if i["type"] == "function_call"]
     assert call["call_id"] == output["call_id"] == "call_fake_1"
     assert NOTE in output["output"]
+
+
+def test_docs_show_the_codex_config_the_harness_writes():
+    doc = (ROOT / "docs" / "clients.md").read_text()
+    written = codex_config("http://127.0.0.1:8080", "auto", "HUMPYARD_KEY")
+    for line in ('model_provider = "humpyard"', "[model_providers.humpyard]",
+                 'base_url = "http://127.0.0.1:8080/v1"', 'wire_api = "responses"',
+                 'env_key = "HUMPYARD_KEY"'):
+        assert line in written and line in doc
