@@ -14,6 +14,7 @@ import pytest
 from anthropic.types import MessageCreateParams, RawMessageStreamEvent
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
+from humpyard.protocols.anthropic import encode_usage
 from humpyard.protocols.anthropic_errors import anthropic_error_facts
 from humpyard.protocols.anthropic_request import decode_request
 from humpyard.protocols.anthropic_stream import StreamTranslator
@@ -325,3 +326,10 @@ def test_error_facts_classify_like_openai_errors(status, body, failure, gone):
     verdict = classify_status(*facts)
     assert verdict.failure_class is failure and verdict.is_model_gone is gone
     assert facts[0] == status
+
+
+def test_cache_counts_survive_the_way_back_to_anthropic_clients():
+    """Anthropic usage → chat usage → Anthropic usage gives the same counts."""
+    original = {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 100,
+                "cache_creation_input_tokens": 20}
+    assert encode_usage(chat_usage(original)) == original
