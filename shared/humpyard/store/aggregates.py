@@ -29,7 +29,7 @@ well within one bucket's width.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,6 +147,25 @@ def contributions(row: DecisionRow) -> dict[tuple[str, str], Aggregate]:
     if row.target is not None or row.cost_usd or row.input_tokens or row.output_tokens:
         for dim, value in served:
             at(dim, value).charge(row)
+    return out
+
+
+def bucket_totals(rows: Iterable[DecisionRow]) -> dict[tuple[str, int, str], Aggregate]:
+    """What many decisions add, summed per ``(group_by, hour, group key)`` bucket.
+
+    A batch of decisions touches few buckets (a handful of routes, targets,
+    providers and keys in one or two hours), so a batch writer updates each
+    bucket once instead of once per decision.
+    """
+    out: dict[tuple[str, int, str], Aggregate] = {}
+    for row in rows:
+        hour = hour_of(row.ts)
+        for (dim, gkey), share in contributions(row).items():
+            found = out.get((dim, hour, gkey))
+            if found is None:
+                out[(dim, hour, gkey)] = share
+            else:
+                found.merge(share)
     return out
 
 
