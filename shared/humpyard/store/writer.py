@@ -200,23 +200,18 @@ class BackgroundWriter:
         caller's thread).
         """
         with self._cond:
-            if not self._closed:
-                queued = len(self._decisions)
-                if queued >= self._max_pending:
-                    shed = True
-                else:
-                    shed = False
-                    self._decisions.append((self._monotonic(), decision))
-                    if queued == 0 or queued + 1 == self._max_batch:
-                        self._cond.notify_all()
-                    return True
-            else:
-                shed = False
-        if shed:
+            closed = self._closed
+            queued = len(self._decisions)
+            if not closed and queued < self._max_pending:
+                self._decisions.append((self._monotonic(), decision))
+                if queued == 0 or queued + 1 == self._max_batch:  # wake it once per batch
+                    self._cond.notify_all()
+                return True
+        if closed:
+            perform(self._store, LedgerBatch(decisions=[decision]), self._lost)
+        else:  # the overload policy: docs/decisions/0005-ledger-overload.md
             self._lost.decisions([decision], "overload",
                                  f"{self._max_pending} decisions already waiting")
-            return False
-        perform(self._store, LedgerBatch(decisions=[decision]), self._lost)
         return False
 
     def submit_spend(self, key_id: str, period: str, usd: float) -> bool:
