@@ -81,6 +81,7 @@ class Gateway:
                                          config.router.probe_interval_secs,
                                          config.router.probe_timeout_secs)
         self.metrics = GatewayMetrics(Metrics())
+        self.writer.use_metrics(self.metrics)
         self.policy = policy
         self.latency_book: LatencyBook = latency or LocalLatency()
         self.route_rngs: dict[str, random.Random] = {}
@@ -205,7 +206,7 @@ class Gateway:
         cached = self._cached
         if cached is not None:
             cached.spend[key_id] = cached.spend.get(key_id, 0.0) + usd
-        self.writer.submit("add_spend", key_id, period, usd)
+        self.writer.submit_spend(key_id, period, usd)
 
     @property
     def tiered(self) -> Any:
@@ -240,6 +241,7 @@ class Gateway:
         for key in config.keys.values():
             if key.budget is not None:
                 m.budget_spend_usd.set(round(shared.spend.get(key.id, 0.0), 6), key=key.id)
+        self.writer.refresh_gauges()
 
     # -- hooks from the executor -------------------------------------------
 

@@ -130,7 +130,7 @@ def _write(gw: Gateway, call: Call, status: int, served: Served | None,
                                         int(usage.get("completion_tokens", 0) or 0))
     decision = build_decision(call, status=status, served=served, error=error,
                               stream_error=stream_error, latency_ms=latency_ms, cost_usd=cost)
-    gw.writer.submit("append_decision", decision)
+    gw.writer.submit_decision(decision)
     if cost and call.key is not None and call.key.budget is not None:
         gw.add_spend(call.key.id, period_key(call.key.budget.period, call.ts), cost)
     _count(gw, call, decision, status, error, latency_ms)

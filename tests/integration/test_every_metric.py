@@ -39,6 +39,11 @@ SCENARIOS = {
     "humpyard_routability_resend_seconds": "test_a_refused_endpoint_is_redialled",
     "humpyard_quota_percent": "test_a_quota_poll_sets_the_percent",
     "humpyard_budget_spend_usd": "test_spend_is_shown_against_the_budget",
+    "humpyard_ledger_queue_depth": "test_a_served_request",
+    "humpyard_ledger_lag_seconds": "test_a_served_request",
+    "humpyard_ledger_batch_size": "test_a_served_request",
+    "humpyard_ledger_write_seconds": "test_a_served_request",
+    "humpyard_ledger_lost_total": "test_a_failing_store_loses_decisions_counted",
 }
 
 
@@ -75,8 +80,12 @@ def test_a_served_request() -> None:
 endpoints = [{ provider = "p", model = "m" }]
 """) as gw:
         assert chat(gw, "t").status_code == 200
+        assert gw.gw.writer.flush(5)
         m = scrape(gw)
     assert m['humpyard_requests_total{route="t",target="t",status="200"}'] == 1
+    assert m["humpyard_ledger_batch_size_count"] >= 1
+    assert m["humpyard_ledger_write_seconds_count"] >= 1
+    assert m["humpyard_ledger_queue_depth"] == 0 and m["humpyard_ledger_lag_seconds"] == 0
     assert m['humpyard_request_duration_seconds_count{route="t"}'] == 1
     assert m['humpyard_upstream_attempts_total{target="t",provider="p",outcome="ok"}'] == 1
     assert m['humpyard_target_latency_seconds{target="t"}'] > 0
@@ -206,3 +215,15 @@ budget = { usd = 10.0, period = "day" }
         gw.gw.invalidate()
         m = scrape(gw)
     assert m['humpyard_budget_spend_usd{key="ci"}'] == 2.0
+
+
+def test_a_failing_store_loses_decisions_counted() -> None:
+    with FakeUpstream() as up, running_gateway(providers(p=up.url) + """
+[targets.t]
+endpoints = [{ provider = "p", model = "m" }]
+""") as gw:
+        gw.gw.store.close()  # every write from now on fails
+        assert chat(gw, "t").status_code == 200  # the answer does not depend on the ledger
+        assert gw.gw.writer.flush(5)
+        m = scrape(gw)
+    assert m['humpyard_ledger_lost_total{kind="decision",reason="error"}'] == 1
