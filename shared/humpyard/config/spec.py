@@ -157,6 +157,7 @@ class ProviderSpec:
     quota_source: str | None = None
     api_key_env: str | None = None
     api_key: str | None = field(default=None, repr=False, compare=False)
+    catalog_id: str | None = None  # the provider's id in a models.dev catalogue
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +238,7 @@ class Config:
     source: str = "<memory>"
     digest: str = ""
     warnings: tuple[str, ...] = ()
+    includes: tuple[str, ...] = ()  # the included files' paths (a reload watches them too)
 
     def route_for(self, model: str) -> RouteSpec | None:
         """The route a model name names: a route, else a bare target's passthrough."""
