@@ -77,7 +77,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from humpyard.demo import run_demo
-    return run_demo(args.config, args.host, args.port)
+    return run_demo(args.config, args.host, args.port, args.sim_ports, args.state_dir)
 
 
 def cmd_prices(args: argparse.Namespace) -> int:
@@ -118,7 +118,14 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="simulated providers + the gateway on examples/demo.toml")
     d.add_argument("--config", default=None)
     d.add_argument("--host", default="127.0.0.1")
-    d.add_argument("--port", type=int, default=8080)
+    d.add_argument("--port", type=int, default=8080, help="the gateway's port (default 8080)")
+    d.add_argument("--sim-ports", default="0,0,0", metavar="STEADY,FLAKY,SLOW",
+                   help="the simulated providers' ports on 127.0.0.1; 0 picks a free one "
+                        "(default 0,0,0; the banner prints them)")
+    d.add_argument("--state-dir", default=None, metavar="DIR",
+                   help="where the demo writes its files (the configuration as served, the "
+                        "SQLite ledger); default $XDG_STATE_HOME/humpyard/demo, else "
+                        "~/.local/state/humpyard/demo")
     d.set_defaults(fn=cmd_demo)
     pr = sub.add_parser("prices", help="prices, context windows and capabilities from a "
                                        "models.dev catalogue")
