@@ -224,7 +224,7 @@ async def _run(served: Path, shown: Path, files: Path, host: str, gateway: Liste
 def run_demo(config: str | None, host: str, port: int, sim_ports: str = "0,0,0",
              files: str | None = None) -> int:
     """Run the demo until Ctrl-C; 1 (and one line on stderr) if it cannot start."""
-    from humpyard.config import load_config
+    from humpyard.config import load_config_text
     from humpyard.errors import ConfigError
     from humpyard.serving import run_loop
     try:
@@ -236,7 +236,8 @@ def run_demo(config: str | None, host: str, port: int, sim_ports: str = "0,0,0",
         return 1
     try:
         served = served_config(source, sims, where)
-        load_config(served)  # refuse an invalid file before anything starts
+        # Refuse an invalid file before anything starts, naming the user's file.
+        load_config_text(served.read_text(), source=str(source), base_dir=source.parent)
     except (DemoError, ConfigError, OSError) as e:
         for listener in (gateway, *sims):
             listener.sock.close()

@@ -179,3 +179,15 @@ def test_bad_sim_ports_are_one_line(tmp_path, value):
     assert r.returncode == 1
     assert r.stderr.strip() == (f"--sim-ports wants 3 ports (steady,flaky,slow), 0 for a free "
                                 f"one; got {value!r}")
+
+
+def test_an_invalid_configuration_is_one_message_naming_the_file(tmp_path):
+    bad = tmp_path / "demo.toml"
+    bad.write_text(DEMO_TOML.read_text().replace("[routes.fast]", "[routes.fast]\ntargts = []"))
+    r = subprocess.run([sys.executable, "-m", "humpyard.cli", "demo", "--config", str(bad),
+                        "--port", "0", "--state-dir", str(tmp_path / "st")],
+                       capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    assert r.returncode == 1
+    assert r.stdout == "" and "Traceback" not in r.stderr
+    assert r.stderr.startswith(f"invalid configuration ({bad}):")
+    assert "routes.fast.targts: unknown key; did you mean 'targets'?" in r.stderr

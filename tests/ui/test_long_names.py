@@ -66,7 +66,8 @@ PROBE = """(view) => {
   const allowed = window.innerWidth < 640 ? 2 * window.innerWidth : 0;
   const scrolled = [...root.querySelectorAll('.scroll')].filter((el) => el.offsetParent !== null)
     .filter((el) => el.scrollWidth > Math.max(el.clientWidth + 1, allowed))
-    .map((el) => (el.firstElementChild.id || el.firstElementChild.className) + ' ' + el.scrollWidth);
+    .map((el) => (el.firstElementChild.id || el.firstElementChild.className) + ' '
+                 + el.scrollWidth);
   return {names, loose, clamps, scrolled, pageWidth: document.documentElement.scrollWidth,
           windowWidth: window.innerWidth};
 }"""
@@ -97,8 +98,8 @@ def traffic(gw) -> None:
             "model": UNKNOWN_MODEL, "messages": [{"role": "user", "content": "hi"}]}
         ).status_code in (400, 404)
         r = c.post(gw.url + "/v1/overrides", json={
-            "kind": "disable_target", "subject": LONG["target"], "reason": "maintenance " + "x" * 480,
-            "expires_in_secs": 3600})
+            "kind": "disable_target", "subject": LONG["target"],
+            "reason": "maintenance " + "x" * 480, "expires_in_secs": 3600})
         assert r.status_code in (200, 201), r.text
     now = time.time()
     gw.gw.store.put_quota_snapshot(LONG["provider"], {
