@@ -17,7 +17,6 @@ and one run reports everything.
 
 from __future__ import annotations
 
-import difflib
 import re
 import types
 from collections.abc import Iterable, Mapping, Sequence
@@ -54,6 +53,7 @@ def path(*segments: str | int) -> str:
 
 def closest(word: str, choices: Iterable[str]) -> str | None:
     """The choice ``word`` most likely misspells, or None when none is close."""
+    import difflib  # only a configuration with a problem needs it
     found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return found[0] if found else None
 
