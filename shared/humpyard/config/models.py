@@ -1,7 +1,9 @@
 """The configuration file's schema, as pydantic models.
 
 These models are the raw shape of ``humpyard.toml``: every table forbids
-unknown keys so a typo fails at load. Cross-references (a route naming a
+unknown keys so a typo fails at load, and values are checked strictly (a price
+written as a string is an error, not a number pydantic guessed at; an integer
+is still a valid number). Cross-references (a route naming a
 target, a rule naming a route, pools) are checked and resolved afterwards in
 ``config/resolve.py``; nothing here reads the environment or the disk.
 """
@@ -28,7 +30,7 @@ RouteType = Literal["passthrough", "random", "fastest", "stage_router", "llm_cla
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class Price(_Strict):
@@ -61,6 +63,9 @@ class Provider(_Strict):
     health_path: str | None = None
     connect_retry_window_secs: float = Field(default=0, ge=0, le=600)
     quota_source: Literal["opencode-go"] | None = None
+    # The provider's id in a models.dev catalogue, when its base_url's host does not
+    # tell (docs/routing.md, "Keeping prices current").
+    catalog_id: str | None = Field(default=None, min_length=1)
 
     @field_validator("base_url")
     @classmethod
@@ -111,7 +116,7 @@ class Target(_Strict):
     strengths: list[str] = Field(default_factory=list, max_length=8)
     quality: float | None = Field(default=None, ge=0, le=1)
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
 
     @field_validator("class_")
     @classmethod

@@ -157,6 +157,7 @@ class ProviderSpec:
     quota_source: str | None = None
     api_key_env: str | None = None
     api_key: str | None = field(default=None, repr=False, compare=False)
+    catalog_id: str | None = None  # the provider's id in a models.dev catalogue
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +239,7 @@ class Config:
     source: str = "<memory>"
     digest: str = ""
     warnings: tuple[str, ...] = ()
+    includes: tuple[str, ...] = ()  # the included files' paths (a reload watches them too)
 
     def endpoint_keys(self) -> list[tuple[str, EndpointSpec]]:
         """(target, endpoint) for every endpoint in the file, in file order."""
