@@ -46,6 +46,12 @@ class GatewayMetrics:
       quota data has a series.
     - ``budget_spend_usd`` → ``humpyard_budget_spend_usd{key}`` gauge, labelled with the
       key's id.
+    - ``upstream_in_flight`` → ``humpyard_upstream_in_flight{provider}`` gauge: upstream
+      calls holding a concurrency slot (docs/upstream.md "Concurrency").
+    - ``upstream_waiting`` → ``humpyard_upstream_waiting{provider}`` gauge: calls waiting
+      for a slot.
+    - ``upstream_slot_timeouts`` → ``humpyard_upstream_slot_timeouts_total{provider}``
+      counter: calls that got no slot within ``[router] slot_wait_secs``.
 
     Declaring the set twice over one registry returns the same metric objects.
     """
@@ -100,6 +106,15 @@ class GatewayMetrics:
         self.budget_spend_usd: Gauge = m.gauge(
             "humpyard_budget_spend_usd", "A key's spend in its current budget period, by "
             "key id.", ("key",), unit="None")
+        self.upstream_in_flight: Gauge = m.gauge(
+            "humpyard_upstream_in_flight", "Upstream calls holding a concurrency slot.",
+            ("provider",), unit="Count")
+        self.upstream_waiting: Gauge = m.gauge(
+            "humpyard_upstream_waiting", "Upstream calls waiting for a concurrency slot.",
+            ("provider",), unit="Count")
+        self.upstream_slot_timeouts: Counter = m.counter(
+            "humpyard_upstream_slot_timeouts_total", "Upstream calls that got no concurrency "
+            "slot in time.", ("provider",))
 
     def names(self) -> frozenset[str]:
         """The metric names this set declares."""
@@ -108,4 +123,5 @@ class GatewayMetrics:
             self.health_skips, self.capability_skips, self.fallback_blocked,
             self.retry_after_honored, self.overrides_active, self.override_oldest_age,
             self.routability_resends, self.routability_resend_seconds, self.gateway_overhead,
-            self.endpoint_state, self.quota_percent, self.budget_spend_usd))
+            self.endpoint_state, self.quota_percent, self.budget_spend_usd,
+            self.upstream_in_flight, self.upstream_waiting, self.upstream_slot_timeouts))
