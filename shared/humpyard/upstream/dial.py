@@ -104,10 +104,12 @@ async def _open_socket(host: str, port: int) -> socket.socket:
         raise socket.gaierror(socket.EAI_NONAME, "no address")
     addrs = _interleave(infos)
     errors: list[BaseException] = []
+    made: list[socket.socket] = []
 
     async def attempt(info: tuple) -> socket.socket:  # type: ignore[type-arg]
         family, type_, proto, _, address = info
         sock = socket.socket(family, type_, proto)
+        made.append(sock)
         try:
             sock.setblocking(False)
             await loop.sock_connect(sock, address)
@@ -118,7 +120,15 @@ async def _open_socket(host: str, port: int) -> socket.socket:
         return sock
 
     fns: list[Callable[[], object]] = [lambda i=i: attempt(i) for i in addrs]  # type: ignore[misc]
-    sock, _, _ = await staggered_race(fns, EYEBALLS_DELAY)  # type: ignore[arg-type]
+    try:
+        sock, _, _ = await staggered_race(fns, EYEBALLS_DELAY)  # type: ignore[arg-type]
+    except BaseException:  # cancelled: a socket that connected meanwhile is not leaked
+        for s in made:
+            s.close()
+        raise
+    for s in made:
+        if s is not sock:
+            s.close()
     if sock is None:
         raise _pick(errors)
     return sock  # type: ignore[no-any-return]
@@ -170,15 +180,25 @@ async def dial(origin: Origin, timeout: float | None,
 
 async def _handshake(origin: Origin, sock: socket.socket,
                      context: Callable[[TLSOptions | None], ssl.SSLContext]) -> Conn:
+    conn = Conn(origin.address)
+    try:
+        return await _set_up(origin, sock, conn, context)
+    except BaseException:  # failed or cancelled half-way: nothing stays open
+        if conn.transport is not None:
+            conn.transport.abort()
+        sock.close()
+        raise
+
+
+async def _set_up(origin: Origin, sock: socket.socket, conn: Conn,
+                  context: Callable[[TLSOptions | None], ssl.SSLContext]) -> Conn:
     loop = asyncio.get_running_loop()
     if sock.family in (socket.AF_INET, socket.AF_INET6):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     tls = origin.scheme == "https"
-    conn = Conn(origin.address)
     try:
         ctx = context(origin.tls) if tls else None
     except (OSError, ValueError) as e:
-        sock.close()
         raise TLSFailure(f"TLS settings for {origin.address} cannot be loaded: "
                          f"{type(e).__name__} {getattr(e, 'strerror', '') or ''}".rstrip(),
                          origin.address) from e
@@ -189,7 +209,8 @@ async def _handshake(origin: Origin, sock: socket.socket,
     await loop.create_connection(lambda: conn, sock=sock)
     await _tunnel(conn, origin)
     assert conn.transport is not None and ctx is not None
-    transport = await loop.start_tls(conn.transport, conn, ctx, server_hostname=origin.host)
+    plain = conn.transport
+    transport = await loop.start_tls(plain, conn, ctx, server_hostname=origin.host)
     if transport is None:
         raise TLSFailure(f"TLS handshake failed for {origin.address}: closed", origin.address)
     conn.transport = transport  # type: ignore[assignment]

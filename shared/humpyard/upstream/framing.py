@@ -76,7 +76,7 @@ class ResponseParser:
         self._reason += reason
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name, value))
+        self._headers.append((name, value.strip(b" \t")))  # RFC 9110 §5.5: not part of it
 
     def on_headers_complete(self) -> None:
         p = self._p
@@ -177,11 +177,11 @@ class ResponseParser:
         return self._size
 
     def take(self) -> bytes:
-        """The body bytes parsed so far and not taken yet (b"" when none)."""
+        """The next piece of body parsed and not taken yet (b"" when none): one
+        chunk of a chunked body at a time, as the upstream framed them."""
         chunks = self._chunks
         if not chunks:
             return b""
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        self._chunks = []
-        self._size = 0
+        data = chunks.pop(0) if len(chunks) > 1 else chunks.pop()
+        self._size -= len(data)
         return data
