@@ -3,9 +3,9 @@
 ``ForwardProxy`` listens on 127.0.0.1 in a background thread. A ``CONNECT
 host:port`` is answered ``200`` and then bytes are copied both ways; a request
 in absolute form (``GET http://host:port/path``) is forwarded to that origin
-with its path, and the answer copied back (one request per connection: it
-answers with ``Connection: close`` semantics by closing after the upstream
-does). With ``credentials=("user", "pass")`` every request must carry the
+with its path over a new upstream connection (``Connection: close``), and the
+answer copied back; the client's connection stays open for its next request.
+With ``credentials=("user", "pass")`` every request must carry the
 matching ``Proxy-Authorization`` or gets a 407. ``seen`` records
 ``(method, target, proxy_authorization)`` for every request it received.
 """
@@ -79,33 +79,36 @@ class ForwardProxy:
         self._tasks.add(task)
         up_writer: asyncio.StreamWriter | None = None
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            lines = head.decode("latin-1").split("\r\n")
-            method, target, _ = lines[0].split(" ", 2)
-            headers = {}
-            for line in lines[1:]:
-                if line:
-                    k, _, v = line.partition(":")
-                    headers[k.strip().lower()] = v.strip()
-            auth = headers.get("proxy-authorization")
-            self.seen.append((method, target, auth))
-            if not self._authorized(auth):
-                writer.write(b"HTTP/1.1 407 Proxy Authentication Required\r\n"
-                             b"Content-Length: 0\r\n\r\n")
-                await writer.drain()
-                return
-            if method == "CONNECT":
-                host, _, port = target.rpartition(":")
-                try:
-                    up_reader, up_writer = await asyncio.open_connection(host.strip("[]"),
-                                                                         int(port))
-                except OSError:
-                    writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
+            while True:  # absolute-form requests keep the client's connection alive
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, target, _ = lines[0].split(" ", 2)
+                headers = {}
+                for line in lines[1:]:
+                    if line:
+                        k, _, v = line.partition(":")
+                        headers[k.strip().lower()] = v.strip()
+                auth = headers.get("proxy-authorization")
+                self.seen.append((method, target, auth))
+                if not self._authorized(auth):
+                    writer.write(b"HTTP/1.1 407 Proxy Authentication Required\r\n"
+                                 b"Content-Length: 0\r\n\r\n")
                     await writer.drain()
                     return
-                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                await writer.drain()
-            else:
+                if method == "CONNECT":
+                    host, _, port = target.rpartition(":")
+                    try:
+                        up_reader, up_writer = await asyncio.open_connection(
+                            host.strip("[]"), int(port))
+                    except OSError:
+                        writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
+                        await writer.drain()
+                        return
+                    writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    await writer.drain()
+                    await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+                    return
+                # absolute form: one upstream connection per request, read to its close
                 parts = urlsplit(target)
                 up_reader, up_writer = await asyncio.open_connection(
                     parts.hostname, parts.port or 80)
@@ -118,7 +121,11 @@ class ForwardProxy:
                 length = int(headers.get("content-length") or 0)
                 if length:
                     up_writer.write(await reader.readexactly(length))
-            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+                while data := await up_reader.read(65536):
+                    writer.write(data)
+                    await writer.drain()
+                up_writer.transport.abort()
+                up_writer = None
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError,
                 ValueError):
             pass

@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+from humpyard.upstream import errors as E
 from humpyard.upstream.classify import (
     ALL_CLASSES,
     DEFAULT_FALLBACK,
@@ -11,7 +12,6 @@ from humpyard.upstream.classify import (
     classify_failure,
     classify_status,
 )
-from humpyard.upstream import errors as E
 
 F = FailureClass
 
