@@ -111,6 +111,10 @@ def test_gateway_metrics_names_labels_and_kinds() -> None:
         "endpoint_state": ("humpyard_endpoint_state", Gauge, ("endpoint", "state")),
         "quota_percent": ("humpyard_quota_percent", Gauge, ("provider", "window")),
         "budget_spend_usd": ("humpyard_budget_spend_usd", Gauge, ("key",)),
+        "upstream_in_flight": ("humpyard_upstream_in_flight", Gauge, ("provider",)),
+        "upstream_waiting": ("humpyard_upstream_waiting", Gauge, ("provider",)),
+        "upstream_slot_timeouts": ("humpyard_upstream_slot_timeouts_total", Counter,
+                                   ("provider",)),
     }
     for attr, (name, kind, labels) in expected.items():
         metric = getattr(gm, attr)
