@@ -84,7 +84,8 @@ class NoProxy:
                 self.everything = True
                 continue
             try:
-                self.networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
+                self.networks.append(ipaddress.ip_network(
+                    entry.replace("[", "").replace("]", ""), strict=False))
                 continue
             except ValueError:
                 pass
