@@ -154,9 +154,6 @@ class Conn(asyncio.Protocol):
                 self._drain = None
                 if timer is not None:
                     timer.cancel()
-        if self.closed and self.failure is None and self.parser is not None \
-                and self.parser.head is None:
-            raise ConnectionLost(f"connection closed by upstream {self.addr}", self.addr)
 
     async def read_head(self, timeout: float | None
                         ) -> tuple[int, bytes, list[tuple[bytes, bytes]], bytes]:
@@ -166,6 +163,8 @@ class Conn(asyncio.Protocol):
         while p.head is None:
             if self.failure is not None:
                 raise self.failure
+            if self.closed:  # closed before this request's parser was there to see it
+                raise ConnectionLost(f"connection closed by upstream {self.addr}", self.addr)
             try:
                 await self.wait(timeout)
             except TimeoutError:
@@ -238,6 +237,8 @@ class Body:
             if data:
                 return data
             failure = conn.failure
+            if failure is None and conn.closed:
+                failure = ConnectionLost(f"connection closed by upstream {conn.addr}", conn.addr)
             if failure is not None:
                 self._release()
                 self._finish()
