@@ -169,6 +169,15 @@ def load(port: int, streams: int, *, warm: float = 3.0, seconds: float = 8.0,
     return asyncio.run(_load(port, streams, warm, seconds, model))
 
 
+def _sched(pid: int | str) -> tuple[float, float]:
+    """(seconds on a CPU, seconds waiting in the run queue) of ``pid`` so far (Linux)."""
+    try:
+        run, wait, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    return int(run) / 1e9, int(wait) / 1e9
+
+
 def measure(counts: list[int], seconds: float, tmp: Path) -> dict[str, Any]:
     """Direct and through ``humpyard serve`` (no ledger) for each stream count."""
     import targets as tg
@@ -189,10 +198,15 @@ def measure(counts: list[int], seconds: float, tmp: Path) -> dict[str, Any]:
         for n in counts:
             direct = load(up_port, n, seconds=seconds)
             cpu0, t0 = cpu_seconds(gw.pid), time.monotonic()
+            (_, gw_wait0), (_, me_wait0) = _sched(gw.pid), _sched("self")
             via = load(gw_port, n, seconds=seconds)
             cpu = cpu_seconds(gw.pid) - cpu0
             wall = time.monotonic() - t0
             via["gateway_cpu_share"] = round(cpu / wall, 2)
+            # time ready to run but waiting for a CPU (other processes had it)
+            via["gateway_runqueue_wait_share"] = round((_sched(gw.pid)[1] - gw_wait0) / wall, 2)
+            via["load_client_runqueue_wait_share"] = round((_sched("self")[1] - me_wait0)
+                                                           / wall, 2)
             if via["completed"]:
                 via["gateway_cpu_us_per_stream"] = round(cpu / via["completed"] * 1e6)
             added = None
@@ -201,7 +215,8 @@ def measure(counts: list[int], seconds: float, tmp: Path) -> dict[str, Any]:
             out[f"c{n}"] = {"direct": direct, "humpyard": via, "added_pct_mean": added}
             print(f"    paced c{n}: direct {direct['streams_per_s']}/s {direct['mean_ms']} ms; "
                   f"humpyard {via['streams_per_s']}/s {via['mean_ms']} ms "
-                  f"(+{added}%), gateway CPU {via['gateway_cpu_share']:.0%}", flush=True)
+                  f"(+{added}%), gateway CPU {via['gateway_cpu_share']:.0%}, waiting for a "
+                  f"CPU {via['gateway_runqueue_wait_share']:.0%}", flush=True)
     finally:
         stop(gw)
         stop(up)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import ipaddress
 import os
 import socket
 import ssl
@@ -98,8 +99,8 @@ def connect_failure(e: BaseException, address: str, *, host: str = "",
 async def _open_socket(host: str, port: int) -> socket.socket:
     """A connected non-blocking socket to ``host:port`` (Happy Eyeballs over its addresses)."""
     loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                   proto=socket.IPPROTO_TCP)
+    infos = _literal(host, port) or await loop.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
     if not infos:
         raise socket.gaierror(socket.EAI_NONAME, "no address")
     addrs = _interleave(infos)
@@ -132,6 +133,17 @@ async def _open_socket(host: str, port: int) -> socket.socket:
     if sock is None:
         raise _pick(errors)
     return sock  # type: ignore[no-any-return]
+
+
+def _literal(host: str, port: int) -> list[tuple] | None:  # type: ignore[type-arg]
+    """The address of an IP literal without a resolver call (which runs in a thread)."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if ip.version == 4:
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (host, port))]
+    return [(socket.AF_INET6, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (host, port, 0, 0))]
 
 
 def _interleave(infos: list) -> list:  # type: ignore[type-arg]

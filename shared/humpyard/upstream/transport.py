@@ -4,7 +4,9 @@ It replaces httpx + httpcore on the request path, most of the gateway's CPU per
 upstream call (docs/decisions/0003): the caller hands over a pre-built request
 head and body (sent in one write) and gets the answer's status, headers and an
 unread ``Body``. Per ``Origin`` (scheme, host, port, proxy, TLS settings) a LIFO
-list of idle keep-alive connections; one found closed by the upstream, idle past
+list of idle keep-alive connections (up to ``max_idle_per_origin``: LLM traffic
+holds hundreds of calls per origin at once, and every connection dropped when
+they end is one to dial again when they come back); one found closed by the upstream, idle past
 ``keepalive_expiry``, or sent bytes nobody asked for is dropped when taken.
 Framing is httptools' parser (``upstream/framing.py``); connecting, proxies and
 TLS are ``upstream/dial.py``. A request that failed after it was written is
@@ -57,7 +59,7 @@ class FastTransport:
     ``SSL_CERT_DIR`` are read (default: the process environment, when first needed).
     """
 
-    def __init__(self, *, max_idle_per_origin: int = 64, keepalive_expiry: float = 60.0,
+    def __init__(self, *, max_idle_per_origin: int = 10_000, keepalive_expiry: float = 60.0,
                  ssl_context: ssl.SSLContext | None = None,
                  env: Mapping[str, str] | None = None):
         self.max_idle_per_origin = max_idle_per_origin
