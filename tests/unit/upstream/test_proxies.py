@@ -89,3 +89,34 @@ def test_the_request_path_and_side_traffic_go_through_the_environment_proxy() ->
         assert [(m, t) for m, t, _ in px.seen] == [
             ("POST", f"{up.url}/chat/completions"), ("GET", f"{up.origin}/health")]
         assert "proxy-authorization" not in {k for r in up.requests for k in r.headers}
+
+
+@pytest.mark.parametrize(("setting", "error"), [
+    ('proxy = "socks5://u:pw-SECRET@h:1"', "proxy scheme 'socks5' is not supported"),
+    ('proxy = "http://u:pw-SECRET@:x"', "not a proxy URL"),
+    ('proxy = "http://u:pw-SECRET@h:1"\nclient_key = "/k"', "client_key needs client_cert"),
+])
+def test_configuration_errors_name_the_key_and_never_the_password(setting: str,
+                                                                  error: str) -> None:
+    from humpyard.config import load_config_text
+    from humpyard.errors import ConfigError
+    with pytest.raises(ConfigError) as info:
+        load_config_text(f'[providers.p]\nbase_url = "http://h/v1"\n{setting}\n'
+                         '[targets.t]\nendpoints = [{ provider = "p", model = "m" }]\n', env={})
+    assert error in str(info.value) and "providers.p" in str(info.value)
+    assert "SECRET" not in str(info.value)
+
+
+def test_the_public_view_and_repr_hide_proxy_credentials() -> None:
+    from humpyard.config import load_config_text
+    config = load_config_text('[providers.p]\nbase_url = "http://h/v1"\n'
+                              'proxy = "http://u:pw-SECRET@proxy.corp:3128"\nmax_concurrent = 8\n'
+                              '[router]\nmax_concurrent = 100\nslot_wait_secs = 2\n'
+                              '[targets.t]\nendpoints = [{ provider = "p", model = "m" }]\n',
+                              env={})
+    p = config.providers["p"]
+    assert (p.max_concurrent, config.router.max_concurrent, config.router.slot_wait_secs) == \
+        (8, 100, 2)
+    assert "SECRET" not in repr(p) and "SECRET" not in repr(config)
+    shown = config.public_view()["providers"]["p"]["proxy"]
+    assert shown == "http://[redacted]@proxy.corp:3128"
