@@ -40,8 +40,9 @@ def test_an_idna_2008_name_is_sent_as_such() -> None:
         async def main() -> None:
             loop = asyncio.get_running_loop()
             loop.getaddrinfo = resolve_to(  # type: ignore[method-assign]
-                {"xn--strae-oqa.example": [(socket.AF_INET, "127.0.0.1")]})
-            client = UpstreamClient(env={})
+                {"xn--strae-oqa.example": [(socket.AF_INET, "127.0.0.1")],
+                 "strasse.example": [(socket.AF_INET, "127.0.0.1")]})
+            client = UpstreamClient()
             try:
                 assert await call(client, f"http://straße.example:{srv.port}/v1") == b"ok"
             finally:
