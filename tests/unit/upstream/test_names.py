@@ -96,7 +96,7 @@ def test_happy_eyeballs_moves_on_from_an_address_that_does_not_answer() -> None:
                 loop.sock_connect = connect  # type: ignore[method-assign]
                 loop.getaddrinfo = resolve_to({"dual.example": [  # type: ignore[method-assign]
                     (socket.AF_INET, "127.0.0.2"), (socket.AF_INET, "127.0.0.1")]})
-                client = UpstreamClient(env={})
+                client = UpstreamClient()
                 try:
                     t0 = time.monotonic()
                     assert await call(client, f"http://dual.example:{port}/v1") == b"ok"
