@@ -234,7 +234,7 @@ def _paced_md(results: dict[str, Any]) -> list[str]:
     lines = ["", f"## Paced streams (a chunk every {paced.get('interval_ms', 200):.0f} ms, "
              f"{paced.get('direct_answer_ms')} ms per answer direct)", "",
              "| streams | server | streams/s | p50 ms | p99 ms | mean ms | added (mean) | "
-             "gateway CPU share | errors |", "|---" * 9 + "|"]
+             "gateway CPU share | gateway waiting for a CPU | errors |", "|---" * 10 + "|"]
     for key, row in paced.items():
         if not key.startswith("c") or not isinstance(row, dict):
             continue
@@ -243,5 +243,6 @@ def _paced_md(results: dict[str, Any]) -> list[str]:
             lines.append(f"| {d['streams']} | {who} | {_f(d['streams_per_s'], 1)} | "
                          f"{_f(d['p50_ms'])} | {_f(d['p99_ms'])} | {_f(d['mean_ms'])} | "
                          f"{_f(row['added_pct_mean'], 1) + ' %' if who != 'direct' else '–'} | "
-                         f"{_f(d.get('gateway_cpu_share'), 2)} | {d['errors']} |")
+                         f"{_f(d.get('gateway_cpu_share'), 2)} | "
+                         f"{_f(d.get('gateway_runqueue_wait_share'), 2)} | {d['errors']} |")
     return lines

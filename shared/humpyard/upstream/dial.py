@@ -171,7 +171,6 @@ async def dial(origin: Origin, timeout: float | None,
     """A connected (and, for https, TLS-established) ``Conn`` to ``origin``."""
     address = origin.address
     proxy = origin.proxy
-    via = proxy if proxy is not None else None
     try:
         async with asyncio.timeout(timeout):
             if proxy is None:
@@ -187,7 +186,7 @@ async def dial(origin: Origin, timeout: float | None,
                                        address) from e
             return await _handshake(origin, sock, context)
     except (OSError, EOFError, ssl.SSLError, TransportFailure) as e:
-        raise connect_failure(e, address, host=origin.host, via=via) from e
+        raise connect_failure(e, address, host=origin.host, via=proxy) from e
 
 
 async def _handshake(origin: Origin, sock: socket.socket,
