@@ -75,7 +75,8 @@ def resolve(raw: RawConfig, env: Mapping[str, str], *, source: str = "<memory>",
                           max_retry_after_secs=h.max_retry_after_secs,
                           skip_cold_targets=h.skip_cold_targets),
         router=RouterSpec(probe_interval_secs=rt.probe_interval_secs,
-                          probe_timeout_secs=rt.probe_timeout_secs),
+                          probe_timeout_secs=rt.probe_timeout_secs,
+                          max_concurrent=rt.max_concurrent, slot_wait_secs=rt.slot_wait_secs),
         overrides=OverridesSpec(default_secs=ov.default_secs, max_secs=ov.max_secs),
         ledger=LedgerSpec(path=raw.ledger.path,
                           decision_retention_days=raw.ledger.decision_retention_days)
@@ -159,7 +160,9 @@ def _providers(raw: RawConfig, env: Mapping[str, str], errors: list[str],
             connect_timeout_secs=p.connect_timeout_secs, health_path=p.health_path,
             connect_retry_window_secs=p.connect_retry_window_secs,
             quota_source=p.quota_source, api_key_env=p.api_key_env, api_key=key,
-            catalog_id=p.catalog_id)
+            catalog_id=p.catalog_id,
+            proxy=p.proxy, ca_file=p.ca_file, client_cert=p.client_cert,
+            client_key=p.client_key, max_concurrent=p.max_concurrent)
     return out
 
 
