@@ -46,6 +46,7 @@ from humpyard.aws.env import LambdaEnv
 from humpyard.aws.flush import FlushMiddleware
 from humpyard.aws.log import lambda_logger
 from humpyard.aws.secrets import secret_environ
+from humpyard.aws.tracing import TracingMiddleware, traced, tracer
 from humpyard.clock import Clock, SystemClock
 from humpyard.config import load_config_text
 from humpyard.errors import ConfigError
@@ -55,6 +56,7 @@ from humpyard.store.writer import BackgroundWriter
 
 if TYPE_CHECKING:
     import httpx
+    from aws_lambda_powertools import Tracer
     from aws_lambda_powertools.logging import Logger
 
 log = logging.getLogger("humpyard.aws")
@@ -125,11 +127,13 @@ def config_source(env: LambdaEnv, s3: Any = None, appconfig: Any = None,
 
 @dataclass
 class Instance:
-    """A warm Lambda instance: its gateway, the wrapped app, its logger and event loop."""
+    """A warm Lambda instance: its gateway, the wrapped app, its logger and event loop,
+    and its X-Ray tracer when ``HUMPYARD_TRACING`` is on (``aws/tracing.py``)."""
 
     env: LambdaEnv
     gateway: Gateway
     logger: Logger
+    tracer: Tracer | None = None
     stdout: IO[str] = field(default_factory=lambda: sys.stdout)
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
     _http: Callable[..., Any] | None = field(default=None, init=False, repr=False)
@@ -139,22 +143,31 @@ class Instance:
         """Check the environment and build everything (see ``build_gateway`` for ``seams``)."""
         env = LambdaEnv.from_environ(environ)
         logger = lambda_logger(env.service)
+        xray = tracer(env)  # before the AWS clients, so their calls are traced
         gw = build_gateway(env, environ=environ, **seams)
         for warning in gw.config.warnings:
             logger.warning("configuration: %s", warning)
         logger.info("instance ready", extra={"config": str(env.config_file),
                                              "state_table": env.state_table,
                                              "ledger_table": env.ledger_table})
-        return cls(env=env, gateway=gw, logger=logger)
+        return cls(env=env, gateway=gw, logger=logger, tracer=xray)
 
-    def asgi_app(self) -> FlushMiddleware:
-        """The gateway's Starlette app, flushed before the last byte of every response."""
+    def asgi_app(self, *, adopt_trace_header: bool = True) -> Any:
+        """The gateway's Starlette app, flushed before the last byte of every response
+        (``FlushMiddleware``), each request traced when tracing is on.
+
+        ``adopt_trace_header``: the trace comes from the ``x-amzn-trace-id`` header
+        (the Lambda Web Adapter), not from the runtime (Mangum; see ``aws/tracing.py``).
+        """
         from humpyard.http.app import create_app
 
         app = create_app(self.gateway.config, gateway=self.gateway)
-        return FlushMiddleware(app, self.flush, self.logger.set_correlation_id,
-                               on_shutdown=self.shutdown,
-                               before_request=self.gateway.reloader.maybe_reload)
+        flushed = FlushMiddleware(app, self.flush, self.logger.set_correlation_id,
+                                  on_shutdown=self.shutdown,
+                                  before_request=self.gateway.reloader.maybe_reload)
+        if self.tracer is None:
+            return flushed
+        return TracingMiddleware(flushed, self.tracer, adopt_trace_header=adopt_trace_header)
 
     def http(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         """Serve one API Gateway REST proxy event: Mangum (lifespan off) over ``asgi_app``.
@@ -166,7 +179,7 @@ class Instance:
             from mangum import Mangum
 
             asyncio.set_event_loop(self.loop)
-            mangum = Mangum(self.asgi_app(), lifespan="off")  # type: ignore[arg-type]
+            mangum = Mangum(self.asgi_app(adopt_trace_header=False), lifespan="off")
             self._http = self.logger.inject_lambda_context(mangum, clear_state=False)
         asyncio.set_event_loop(self.loop)
         return self._http(event, context)  # type: ignore[no-any-return]
@@ -178,7 +191,7 @@ class Instance:
 
     async def flush(self) -> None:
         """Make the work so far durable and observable; see the module docstring."""
-        await asyncio.to_thread(self.flush_now)
+        await traced(self.tracer, "## ledger flush", lambda: asyncio.to_thread(self.flush_now))
 
     def flush_now(self) -> None:
         """``flush`` for callers outside the event loop (blocking)."""
