@@ -16,8 +16,14 @@ but the ``Once`` each entry point holds.
 
 ``Instance.flush()`` is what every request (``FlushMiddleware``) and every
 scheduled run ends with: the writer drained (bounded by
-``HUMPYARD_FLUSH_TIMEOUT_SECS``), point-in-time gauges refreshed, and the
-metrics printed to stdout as CloudWatch EMF, one JSON line per record.
+``HUMPYARD_FLUSH_TIMEOUT_SECS``) and the metrics printed to stdout as
+CloudWatch EMF, one JSON line per record. Counters and histograms go out
+with every request; gauges (overrides, latency figures, endpoint states,
+quota, budgets) are point-in-time values whose number grows with the
+configuration, not the traffic, so an instance refreshes and prints them at
+most every ``HUMPYARD_GAUGE_INTERVAL_SECS`` (60 s, CloudWatch's resolution)
+and on its first flush; the scheduled poller prints them on every run
+(docs/deploy.md, "Cost": log bytes are billed per request).
 Latency samples are not written per request: ``SharedLatency`` flushes them
 itself, on the request that finds ``flush_secs`` (5 s) passed, so an
 instance writes at most one latency item per 5 s; ``close`` flushes the rest.
@@ -135,6 +141,7 @@ class Instance:
     logger: Logger
     tracer: Tracer | None = None
     stdout: IO[str] = field(default_factory=lambda: sys.stdout)
+    _gauges_at: float | None = field(default=None, init=False, repr=False)
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
     _http: Callable[..., Any] | None = field(default=None, init=False, repr=False)
 
@@ -189,23 +196,34 @@ class Instance:
         asyncio.set_event_loop(self.loop)
         return self.loop.run_until_complete(coro)
 
-    async def flush(self) -> None:
-        """Make the work so far durable and observable; see the module docstring."""
-        await traced(self.tracer, "## ledger flush", lambda: asyncio.to_thread(self.flush_now))
+    async def flush(self, *, gauges: bool = False) -> None:
+        """Make the work so far durable and observable; see the module docstring.
 
-    def flush_now(self) -> None:
+        ``gauges``: print the gauges whether or not they are due (the poller)."""
+        await traced(self.tracer, "## ledger flush",
+                     lambda: asyncio.to_thread(self.flush_now, gauges=gauges))
+
+    def flush_now(self, *, gauges: bool = False) -> None:
         """``flush`` for callers outside the event loop (blocking)."""
         gw = self.gateway
         if not gw.writer.flush(self.env.flush_timeout_secs):
             log.error("ledger writes still pending after %.1f s; pending=%d",
                       self.env.flush_timeout_secs, gw.writer.pending)
-        gw.refresh_gauges()
-        self.emit_metrics()
+        now = gw.clock.monotonic()
+        due = (gauges or self._gauges_at is None
+               or now - self._gauges_at >= self.env.gauge_interval_secs)
+        if due:
+            self._gauges_at = now
+            gw.refresh_gauges()
+        self.emit_metrics(gauges=due)
 
-    def emit_metrics(self) -> int:
-        """Print the metrics since the last call as EMF, one JSON line each; the count."""
-        records = emf.records(self.gateway.metrics.metrics.collect(),
-                              namespace=self.env.namespace, service=self.env.service,
+    def emit_metrics(self, *, gauges: bool = True) -> int:
+        """Print the metrics since the last call as EMF, one JSON line each; the count.
+
+        ``gauges=False`` leaves the gauges out (counters and histograms only)."""
+        metrics = [m for m in self.gateway.metrics.metrics.collect()
+                   if gauges or m.kind != "gauge"]
+        records = emf.records(metrics, namespace=self.env.namespace, service=self.env.service,
                               timestamp_ms=int(self.gateway.clock.now() * 1000))
         if records:
             self.stdout.write("".join(json.dumps(r, separators=(",", ":")) + "\n"
