@@ -39,6 +39,7 @@ from humpyard.aws.clients import session
 from humpyard.clock import FakeClock
 from humpyard.store.dynamodb import create_tables
 from tests.support import FakeUpstream, ok, status
+from tests.support.logging_state import isolated_humpyard_logging
 
 EVENTS = ROOT / "infra" / "events"
 APP_KEY, OPS_KEY = "hk-app-example-key", "hk-ops-example-key"  # what infra/events carry
@@ -195,8 +196,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     recorder = Recorder()
     session().register("before-parameter-build", recorder, unique_id="iam-replay")
     try:
-        with mock_aws(), FakeUpstream() as primary, FakeUpstream() as backup, \
-                FakeUpstream() as quota:
+        with isolated_humpyard_logging(), mock_aws(), FakeUpstream() as primary, \
+                FakeUpstream() as backup, FakeUpstream() as quota:
             yield _run(recorder, tmp_path_factory.mktemp("privileges"), primary, backup, quota)
     finally:
         session().unregister("before-parameter-build", unique_id="iam-replay")
