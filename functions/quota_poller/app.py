@@ -33,7 +33,7 @@ async def _run(instance: Instance) -> dict[str, Any]:
         gw.metrics.target_latency.set(fig.ms / 1000, target=target)
     expired = gw.store.expire_due(now) if gw.store.has_ledger else []
     gw.invalidate()
-    await instance.flush()
+    await instance.flush(gauges=True)
     return {"quota_providers": len(gw.quota.providers()), "latency_targets": len(figures),
             "overrides_expired": [ov.id for ov in expired]}
 
