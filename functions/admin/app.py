@@ -5,8 +5,10 @@
 only these paths here and signs callers with SigV4 at API Gateway; humpyard
 keys (``[keys]``, ``manage_overrides``) still apply inside.
 
-Same app as the ``gateway`` function, so an override created here is
-written to DynamoDB at once and honoured by every instance within one
+It serves the admin and console surfaces of the app's route table and nothing
+else, and answers only events API Gateway signed off with IAM (the caller is
+in the request context: ``aws/build.py`` ``boundary``). An override created
+here is written to DynamoDB at once and honoured by every instance within one
 ``state_refresh_ms``. Built on the first invocation, reused while warm;
 Mangum with ``lifespan="off"``.
 """
@@ -17,7 +19,8 @@ from typing import Any
 
 from humpyard.aws.build import Instance, Once
 
-_instance = Once(Instance.build)
+SURFACES = ("admin", "console")  # http/app.py's route table; IAM-signed events only
+_instance = Once(lambda: Instance.build(surfaces=SURFACES))
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:

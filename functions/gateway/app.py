@@ -3,7 +3,10 @@
 ``/v1/models``, ``/v1/route/explain``, ``/v1/messages/count_tokens`` and every
 path no other function claims (so unknown paths get humpyard's JSON 404).
 Chat and messages are served by the ``stream`` function, admin paths by
-``admin`` (IAM-protected). All three run the same Starlette app.
+``admin`` (IAM-protected). All three run the same Starlette app, each with
+only its own surfaces of the route table: this one serves the client paths
+alone, so ``/v1%2Fhealth`` or any other spelling of an admin path is a 404
+here.
 
 The instance (DynamoDB store, shared health and latency, the app under
 Mangum with ``lifespan="off"``) is built on the first invocation and reused
@@ -17,7 +20,8 @@ from typing import Any
 
 from humpyard.aws.build import Instance, Once
 
-_instance = Once(Instance.build)
+SURFACES = ("client",)  # http/app.py's route table: never an admin path, however encoded
+_instance = Once(lambda: Instance.build(surfaces=SURFACES))
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:

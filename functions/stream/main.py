@@ -16,6 +16,9 @@ from typing import Any
 from humpyard.aws.build import Instance
 
 
+SURFACES = ("client",)  # http/app.py's route table: never an admin path, however encoded
+
+
 def create_app() -> Any:
     """Build the instance and return its flushed app (called once by uvicorn)."""
-    return Instance.build().asgi_app()
+    return Instance.build(surfaces=SURFACES).asgi_app()

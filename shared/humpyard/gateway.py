@@ -25,6 +25,7 @@ from humpyard.health.breaker import ENDPOINT_STATES, HealthSettings
 from humpyard.health.readiness import ReadinessProber
 from humpyard.latency import LatencyBook, LocalLatency
 from humpyard.ledger.periods import period_key
+from humpyard.ledger.sampling import RateSampler
 from humpyard.metrics import GatewayMetrics, Metrics
 from humpyard.overrides import mark_stale
 from humpyard.planning.policy import RoutingPolicy
@@ -96,6 +97,7 @@ class Gateway:
         # A buffered answer is recorded after it is sent, unless the process may be
         # frozen once its answer is complete (Lambda: see aws/flush.py).
         self.record_before_reply = False
+        self.refusals = RateSampler(config.refused_per_minute)
         self.executor = Executor(self.client, self.health, self.readiness, self.clock,
                                  self.rng, on_latency=self._on_latency, on_event=self._on_event)
 
@@ -120,6 +122,8 @@ class Gateway:
         if self._tiered is not None:
             self._tiered.forget_routes(set(config.routes))
         self.quota.reload(config)
+        if config.refused_per_minute != old.refused_per_minute:
+            self.refusals = RateSampler(config.refused_per_minute)
         self._forbid_secrets(config)
         self.invalidate()
 

@@ -27,7 +27,7 @@ from humpyard.gateway import Gateway
 from humpyard.ledger.decision import build_decision
 from humpyard.ledger.periods import period_key
 from humpyard.planning.types import Plan
-from humpyard.records import Call, Served
+from humpyard.records import Call, Served, new_request_id
 
 log = logging.getLogger("humpyard.request")
 
@@ -120,8 +120,21 @@ def recording(gw: Gateway, call: Call) -> Recording:
     return Recording(gw, call)
 
 
+def record_refusal(gw: Gateway, error: HumpyardError, protocol: str = "http") -> None:
+    """Record a request refused before any client path took it (an unknown path, a
+    Lambda function's boundary): counted, and written within ``refused_per_minute``."""
+    call = Call(request_id=new_request_id(), config=gw.config, key=None, headers={}, body={},
+                protocol=protocol, ts=gw.clock.now())
+    Recording(gw, call).close(status=error.status, error=error)
+
+
 def _write(gw: Gateway, call: Call, status: int, served: Served | None,
            error: HumpyardError | None, stream_error: str | None) -> None:
+    if call.plan is None and error is not None and 400 <= status < 500:
+        # Refused before routing: counted always, written within the allowance.
+        gw.metrics.refused.inc(reason=error.code)
+        if not gw.refusals.allow(gw.clock.monotonic()):
+            return
     latency_ms = ((call.answered or time.perf_counter()) - call.started) * 1000
     usage = dict(served.usage) if served else {}
     cost = 0.0

@@ -19,6 +19,7 @@ refuses a partial secret ARN.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -93,6 +94,21 @@ budget = {{ usd = 100.0, period = "day" }}
 key_env = "OPS_KEY"
 manage_overrides = true
 """
+
+
+def _entry_surfaces(entry: str) -> tuple[str, ...]:
+    """The surfaces a function's entry module binds (``SURFACES``), read from it."""
+    spec = importlib.util.spec_from_file_location("_surfaces_of_" + entry.replace("/", "_"),
+                                                  ROOT / "functions" / entry)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return tuple(module.SURFACES)
+
+
+ENTRY_SURFACES = {"GatewayFunction": _entry_surfaces("gateway/app.py"),
+                  "StreamFunction": _entry_surfaces("stream/main.py"),
+                  "AdminFunction": _entry_surfaces("admin/app.py")}
 
 
 def _event(name: str, *, path: str | None = None, method: str | None = None,
@@ -228,7 +244,8 @@ def _run(recorder: Recorder, tmp: Path, primary: FakeUpstream, backup: FakeUpstr
     def instance(function: str) -> Instance:
         env = {**deployment.environment(function), "HUMPYARD_CONFIG": str(config),
                "LAMBDA_TASK_ROOT": str(ROOT / "functions")}
-        return Instance.build(env, clock=clock)
+        return Instance.build(env, clock=clock, surfaces=ENTRY_SURFACES.get(function,
+                                                                            ("client",)))
 
     recorder.label = "client"
     client = instance("GatewayFunction")

@@ -49,6 +49,7 @@ SCENARIOS = {
     "humpyard_upstream_in_flight": "test_a_provider_at_its_concurrency_limit",
     "humpyard_upstream_waiting": "test_a_provider_at_its_concurrency_limit",
     "humpyard_upstream_slot_timeouts_total": "test_a_provider_at_its_concurrency_limit",
+    "humpyard_refused_total": "test_refusals_before_routing_are_counted_and_sampled",
 }
 
 
@@ -269,3 +270,25 @@ slot_wait_secs = 1.0
     assert sorted(codes) == [200, 503]
     assert m['humpyard_upstream_slot_timeouts_total{provider="p"}'] == 1
     assert m['humpyard_upstream_in_flight{provider="p"}'] == 0
+
+
+def test_refusals_before_routing_are_counted_and_sampled() -> None:
+    with FakeUpstream() as up, running_gateway("refused_per_minute = 2\n"
+                                               + providers(p=up.url) + """
+[targets.t]
+endpoints = [{ provider = "p", model = "m" }]
+[keys.ops]
+key_env = "OPS_KEY"
+""", env={"OPS_KEY": "k-ops"}, admin_key="k-ops") as gw:
+        with httpx.Client(base_url=gw.url, timeout=30) as c:
+            for _ in range(5):
+                assert c.post("/v1/chat/completions", json={"model": "t", "messages": MSG},
+                              headers={"authorization": "Bearer wrong"}).status_code == 401
+            for _ in range(3):
+                assert c.get("/v1/no-such-path").status_code == 404
+        assert gw.gw.writer.flush(5)
+        m = scrape(gw)
+        recorded = gw.decisions(limit=100)
+    assert m['humpyard_refused_total{reason="invalid_api_key"}'] == 5
+    assert m['humpyard_refused_total{reason="not_found"}'] == 3
+    assert len(recorded) == 2  # two a minute; the rest counted only

@@ -55,9 +55,10 @@ from humpyard.aws.secrets import secret_environ
 from humpyard.aws.tracing import TracingMiddleware, traced, tracer
 from humpyard.clock import Clock, SystemClock
 from humpyard.config import load_config_text
-from humpyard.errors import ConfigError
+from humpyard.errors import ConfigError, ForbiddenError, HumpyardError
 from humpyard.gateway import Gateway, health_settings
 from humpyard.metrics import emf
+from humpyard.recording import record_refusal
 from humpyard.store.writer import BackgroundWriter
 
 if TYPE_CHECKING:
@@ -140,14 +141,19 @@ class Instance:
     gateway: Gateway
     logger: Logger
     tracer: Tracer | None = None
+    surfaces: tuple[str, ...] = ("client",)
     stdout: IO[str] = field(default_factory=lambda: sys.stdout)
     _gauges_at: float | None = field(default=None, init=False, repr=False)
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
     _http: Callable[..., Any] | None = field(default=None, init=False, repr=False)
 
     @classmethod
-    def build(cls, environ: Mapping[str, str] | None = None, **seams: Any) -> Instance:
-        """Check the environment and build everything (see ``build_gateway`` for ``seams``)."""
+    def build(cls, environ: Mapping[str, str] | None = None, *,
+              surfaces: tuple[str, ...] = ("client",), **seams: Any) -> Instance:
+        """Check the environment and build everything (see ``build_gateway`` for ``seams``).
+
+        ``surfaces``: what of the app's route table this function serves (its entry
+        point says; ``http/app.py``): the client function never has an admin path."""
         env = LambdaEnv.from_environ(environ)
         logger = lambda_logger(env.service)
         xray = tracer(env)  # before the AWS clients, so their calls are traced
@@ -157,7 +163,7 @@ class Instance:
         logger.info("instance ready", extra={"config": str(env.config_file),
                                              "state_table": env.state_table,
                                              "ledger_table": env.ledger_table})
-        return cls(env=env, gateway=gw, logger=logger, tracer=xray)
+        return cls(env=env, gateway=gw, logger=logger, tracer=xray, surfaces=tuple(surfaces))
 
     def asgi_app(self, *, adopt_trace_header: bool = True) -> Any:
         """The gateway's Starlette app, flushed before the last byte of every response
@@ -168,7 +174,7 @@ class Instance:
         """
         from humpyard.http.app import create_app
 
-        app = create_app(self.gateway.config, gateway=self.gateway)
+        app = create_app(self.gateway.config, gateway=self.gateway, surfaces=self.surfaces)
         flushed = FlushMiddleware(app, self.flush, self.logger.set_correlation_id,
                                   on_shutdown=self.shutdown,
                                   before_request=self.gateway.reloader.maybe_reload)
@@ -181,7 +187,15 @@ class Instance:
 
         Log lines carry the Lambda context (function, request id, cold start)
         besides the correlation id. Every invocation runs on the instance's loop.
+        Refused before the app sees it (``boundary``): a path with an encoded slash
+        (Mangum decodes the path once more, which would turn ``/v1%2Fhealth`` into
+        ``/v1/health``), and on an admin function an event without an IAM caller.
         """
+        refused = boundary(event, self.surfaces)
+        if refused is not None:
+            record_refusal(self.gateway, refused[1])
+            self.flush_now()
+            return refused[0]
         if self._http is None:
             from mangum import Mangum
 
@@ -244,6 +258,33 @@ class Instance:
         if not self.loop.is_closed():
             self.loop.run_until_complete(self.shutdown())
             self.loop.close()
+
+
+def boundary(event: Mapping[str, Any], surfaces: tuple[str, ...]
+             ) -> tuple[dict[str, Any], HumpyardError] | None:
+    """The proxy answer (and the refusal's reason) for an event no app may see, or None.
+
+    API Gateway hands the path as the client wrote it; a ``%2F`` inside a segment
+    is not a separator, so such a path names nothing here (404) whatever it would
+    decode to. An admin function also answers only events API Gateway signed off
+    with IAM (``requestContext.identity`` names the caller), so the admin surface
+    does not rest on the API's routing alone.
+    """
+    path = str(event.get("path") or "")
+    if "%2f" in path.lower() or "%5c" in path.lower():
+        return _refusal(HumpyardError("no such path: an encoded '/' or '\\' is not a "
+                                      "separator", status=404, code="not_found"))
+    if "admin" in surfaces:
+        identity = (event.get("requestContext") or {}).get("identity") or {}
+        if not (identity.get("userArn") or identity.get("caller")):
+            return _refusal(ForbiddenError("the admin API answers IAM-signed requests only"))
+    return None
+
+
+def _refusal(err: HumpyardError) -> tuple[dict[str, Any], HumpyardError]:
+    body = {"error": {"message": err.message, "type": err.type, "code": err.code}}
+    return ({"statusCode": err.status, "headers": {"content-type": "application/json"},
+             "body": json.dumps(body), "isBase64Encoded": False}, err)
 
 
 class Once(Generic[T]):

@@ -85,6 +85,7 @@ def resolve(raw: RawConfig, env: Mapping[str, str], *, source: str = "<memory>",
         reload_poll_secs=raw.reload_poll_secs, state_refresh_ms=raw.state_refresh_ms,
         max_body_bytes=raw.max_body_bytes,
         stream_heartbeat_secs=raw.stream_heartbeat_secs, log_requests=raw.log_requests,
+        refused_per_minute=raw.refused_per_minute,
         public=public_document(raw.model_dump(mode="json", by_alias=True, exclude_none=True),
                                routes),
         source=source, digest=digest, warnings=tuple(warned), includes=includes)

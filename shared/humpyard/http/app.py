@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ from humpyard.http.chat import OPENAI_CHAT
 from humpyard.http.errors import error_response
 from humpyard.http.intake import ClientPath
 from humpyard.http.messages import ANTHROPIC_MESSAGES
+from humpyard.recording import record_refusal
 from humpyard.store import Store
 
 if TYPE_CHECKING:
@@ -74,8 +76,14 @@ def route_table() -> list[tuple[str, Route]]:
 
 
 async def not_found(request: Request, exc: Exception) -> Response:
-    return error_response(HumpyardError(f"no such path: {request.method} {request.url.path}",
-                                        status=404, code="not_found"))
+    """404 for a path no route serves: counted, and recorded within the allowance
+    for refusals (``refused_per_minute``)."""
+    raw = request.scope.get("raw_path")
+    asked = raw.decode("latin-1") if raw else request.url.path  # as the client wrote it
+    path = "".join(c if " " <= c <= "~" else "?" for c in asked[:200])
+    err = HumpyardError(f"no such path: {request.method} {path}", status=404, code="not_found")
+    record_refusal(request.app.state.gateway, err)
+    return error_response(err)
 
 
 async def method_not_allowed(request: Request, exc: Exception) -> Response:
@@ -127,7 +135,8 @@ class GatewayApp(Starlette):
     A ``POST`` to a path served by a plain-ASGI ``ClientPath`` goes straight to it
     (a client path answers every error itself, so the error middleware has
     nothing to add); everything else, including other methods on those paths,
-    is Starlette's.
+    is Starlette's. A path whose raw form holds an encoded ``/`` or ``\\`` is
+    matched by nothing (a 404), never by what it decodes to.
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -137,9 +146,18 @@ class GatewayApp(Starlette):
             if isinstance(r, Route) and isinstance(r.endpoint, ClientPath)}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
-            endpoint = self._fast.get(scope["path"])
-            if endpoint is not None:
-                scope["app"] = self
-                return await endpoint(scope, receive, send)
+        if scope["type"] == "http":
+            raw = scope.get("raw_path")
+            if raw and b"%" in raw and _ENCODED_SEPARATOR.search(raw):
+                # A %2F inside a segment is not a separator: the path names nothing here,
+                # whatever it decodes to (so no spelling of an admin path reaches one).
+                scope["path"] = "/\x00"  # matches no route: humpyard's JSON 404
+            elif scope["method"] == "POST" and not scope.get("root_path"):
+                endpoint = self._fast.get(scope["path"])
+                if endpoint is not None:
+                    scope["app"] = self
+                    return await endpoint(scope, receive, send)
         await super().__call__(scope, receive, send)
+
+
+_ENCODED_SEPARATOR = re.compile(rb"%(2f|5c)", re.IGNORECASE)

@@ -58,6 +58,12 @@ class GatewayMetrics:
     - ``ledger_lost`` → ``humpyard_ledger_lost_total{kind,reason}`` counter; kind is
       ``decision`` or ``spend``, reason ``overload`` (shed at the queue's bound) or
       ``error`` (the store refused or failed the write). See docs/operations.md.
+    - ``refused`` → ``humpyard_refused_total{reason}`` counter: requests refused before
+      routing, by the error's code (``invalid_api_key``, ``invalid_request``,
+      ``payload_too_large``, ``headers_too_large``, ``client_closed``, ``not_found``
+      for a path nothing serves, ``forbidden`` for an admin event without an IAM
+      caller in Lambda); at most ``refused_per_minute`` of them are written to the
+      ledger.
     - ``upstream_in_flight`` → ``humpyard_upstream_in_flight{provider}`` gauge: upstream
       calls holding a concurrency slot (docs/upstream.md "Concurrency").
     - ``upstream_waiting`` → ``humpyard_upstream_waiting{provider}`` gauge: calls waiting
@@ -133,6 +139,9 @@ class GatewayMetrics:
             "humpyard_ledger_lost_total", "Ledger items not written, by kind (decision, "
             "spend) and reason (overload, error); each is logged with its payload.",
             ("kind", "reason"))
+        self.refused: Counter = m.counter(
+            "humpyard_refused_total", "Requests refused before routing (a wrong key, a "
+            "malformed body, an unknown path), written to the ledger or not.", ("reason",))
         self.upstream_in_flight: Gauge = m.gauge(
             "humpyard_upstream_in_flight", "Upstream calls holding a concurrency slot.",
             ("provider",), unit="Count")
@@ -153,4 +162,5 @@ class GatewayMetrics:
             self.endpoint_state, self.quota_percent, self.budget_spend_usd,
             self.ledger_queue_depth, self.ledger_lag, self.ledger_batch_size,
             self.ledger_write_seconds, self.ledger_lost,
-            self.upstream_in_flight, self.upstream_waiting, self.upstream_slot_timeouts))
+            self.upstream_in_flight, self.upstream_waiting, self.upstream_slot_timeouts,
+            self.refused))
