@@ -20,11 +20,28 @@ so callers may mutate it freely.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from humpyard.planning.types import Override
 
 Decision = dict[str, Any]
+
+
+@dataclass
+class LedgerBatch:
+    """What a writer hands a store in one ``write_batch``: decisions and summed spend.
+
+    ``spend`` maps ``(key_id, period)`` to the USD to add (``add_spend``'s
+    arguments, summed per key and period).
+    """
+
+    decisions: list[Decision] = field(default_factory=list)
+    spend: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.decisions) + len(self.spend)
 
 
 class LedgerStore(Protocol):
@@ -58,6 +75,15 @@ class LedgerStore(Protocol):
         ``usage`` row of kind ``answer`` is written. A second decision with
         the same ``request_id`` raises ``ConflictError`` and changes nothing,
         so a retried write never double-counts.
+        """
+        ...
+
+    def write_batch(self, batch: LedgerBatch) -> None:
+        """Record every decision of ``batch`` (as ``append_decision``) and add its spend.
+
+        Idempotent on ``request_id``: a decision that is already recorded is
+        skipped without an error and counted once. Raises ``StoreError``
+        when the backend fails; what was written by then stays written.
         """
         ...
 
@@ -240,6 +266,48 @@ class LiveStateStore(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class SharedRequest:
+    """What one ``read_shared`` call should bring back besides breakers and overrides.
+
+    ``spend``: key id → period label; ``latency_buckets``: the time buckets
+    to read; ``overrides_version``: the overrides version the caller holds
+    (None: it holds none), so unchanged overrides are not read again.
+    """
+
+    spend: Mapping[str, str] = field(default_factory=dict)
+    latency_buckets: tuple[int, ...] = ()
+    overrides_version: int | None = None
+
+
+@dataclass(frozen=True)
+class SharedRead:
+    """The answer of ``read_shared``.
+
+    ``breakers`` as ``get_breakers``; ``spend`` has every key asked for;
+    ``latency`` is target → bucket → ``(count, total_ms)`` for the buckets
+    asked for; ``overrides`` is every stored override, expired ones included,
+    or None when ``overrides_version`` is still the one the caller holds.
+    """
+
+    breakers: dict[str, dict[str, Any]]
+    spend: dict[str, float]
+    latency: dict[str, dict[int, tuple[int, float]]]
+    overrides_version: int
+    overrides: list[Override] | None
+
+
+class SharedStateReader(Protocol):
+    """A store that returns an instance's whole shared state in one read (DynamoDB)."""
+
+    def read_shared(self, request: SharedRequest) -> SharedRead:
+        """Breakers, spend, latency buckets and (when changed) overrides, in one read.
+
+        Reflects every write completed before the call. Raises ``StoreError``.
+        """
+        ...
+
+
 class Store(LedgerStore, OverrideStore, QuotaStore, LiveStateStore, Protocol):
     """Everything the gateway keeps, behind one object.
 
@@ -254,3 +322,17 @@ class Store(LedgerStore, OverrideStore, QuotaStore, LiveStateStore, Protocol):
     has_ledger: bool
 
     def close(self) -> None: ...
+
+
+def write_one_by_one(store: LedgerStore, batch: LedgerBatch) -> None:
+    """``write_batch`` as one ``append_decision`` per decision and one ``add_spend`` per
+    entry, for a backend whose single writes are already cheap (memory)."""
+    from humpyard.errors import ConflictError
+
+    for decision in batch.decisions:
+        try:
+            store.append_decision(decision)
+        except ConflictError:
+            continue  # already recorded: counted once
+    for (key_id, period), usd in batch.spend.items():
+        store.add_spend(key_id, period, usd)

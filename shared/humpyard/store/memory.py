@@ -18,6 +18,7 @@ from humpyard.errors import ConflictError, StoreError
 from humpyard.planning.types import Override
 from humpyard.store import aggregates as agg
 from humpyard.store import decisions as dec
+from humpyard.store.base import LedgerBatch, write_one_by_one
 from humpyard.store.live import LiveState, LiveStateDelegate
 from humpyard.store.rows import (
     audit_entry,
@@ -72,6 +73,9 @@ class MemoryStore(LiveStateDelegate):
         self._live.close()
 
     # -- ledger -------------------------------------------------------------
+
+    def write_batch(self, batch: LedgerBatch) -> None:
+        write_one_by_one(self, batch)
 
     def append_decision(self, decision: dict[str, Any]) -> None:
         row = dec.decision_row(decision)

@@ -9,6 +9,7 @@ from typing import Any
 from humpyard.errors import ConflictError
 from humpyard.store import aggregates as agg
 from humpyard.store import decisions as dec
+from humpyard.store.base import LedgerBatch, write_one_by_one
 from humpyard.store.rows import check_usd
 from humpyard.store.sqlite_base import SQLiteBase
 
@@ -51,6 +52,9 @@ def write_stats(conn: sqlite3.Connection, row: dec.DecisionRow) -> None:
 
 class SQLiteLedger(SQLiteBase):
     """Decisions with their usage rows and stats, written in one transaction."""
+
+    def write_batch(self, batch: LedgerBatch) -> None:
+        write_one_by_one(self, batch)  # interface only; the batched writer replaces it
 
     def append_decision(self, decision: dict[str, Any]) -> None:
         row = dec.decision_row(decision)
