@@ -16,6 +16,8 @@ REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
                    600)
 OVERHEAD_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 RESEND_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
+BATCH_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500)
+WRITE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
 
 class GatewayMetrics:
@@ -46,6 +48,17 @@ class GatewayMetrics:
       quota data has a series.
     - ``budget_spend_usd`` → ``humpyard_budget_spend_usd{key}`` gauge, labelled with the
       key's id.
+    - ``ledger_queue_depth`` → ``humpyard_ledger_queue_depth`` gauge: ledger writes waiting.
+    - ``ledger_lag_seconds`` → ``humpyard_ledger_lag_seconds`` gauge: age of the oldest
+      waiting write (0 when none).
+    - ``ledger_batch_size`` → ``humpyard_ledger_batch_size`` histogram: writes per batch.
+    - ``ledger_write_seconds`` → ``humpyard_ledger_write_seconds`` histogram: time to write
+      one batch.
+    - ``ledger_lost`` → ``humpyard_ledger_lost_total{kind,reason}`` counter: ledger writes
+      given up (kind ``decision`` or ``spend``; reason ``overload``: the queue was full,
+      ``error``: the store failed after its retries). Each is also logged with its payload.
+    - ``transaction_conflicts`` → ``humpyard_dynamodb_transaction_conflicts_total`` counter:
+      DynamoDB transactions cancelled by a conflict (and retried).
 
     Declaring the set twice over one registry returns the same metric objects.
     """
@@ -100,6 +113,23 @@ class GatewayMetrics:
         self.budget_spend_usd: Gauge = m.gauge(
             "humpyard_budget_spend_usd", "A key's spend in its current budget period, by "
             "key id.", ("key",), unit="None")
+        self.ledger_queue_depth: Gauge = m.gauge(
+            "humpyard_ledger_queue_depth", "Ledger writes waiting to be written.")
+        self.ledger_lag_seconds: Gauge = m.gauge(
+            "humpyard_ledger_lag_seconds", "Age of the oldest ledger write waiting (0 when "
+            "none).")
+        self.ledger_batch_size: Histogram = m.histogram(
+            "humpyard_ledger_batch_size", "Ledger writes per batch.", (), BATCH_BUCKETS,
+            unit="Count")
+        self.ledger_write_seconds: Histogram = m.histogram(
+            "humpyard_ledger_write_seconds", "Time to write one ledger batch.", (),
+            WRITE_BUCKETS)
+        self.ledger_lost: Counter = m.counter(
+            "humpyard_ledger_lost_total", "Ledger writes given up, by kind (decision, spend) "
+            "and reason (overload, error).", ("kind", "reason"))
+        self.transaction_conflicts: Counter = m.counter(
+            "humpyard_dynamodb_transaction_conflicts_total", "DynamoDB transactions "
+            "cancelled by a conflict (retried).")
 
     def names(self) -> frozenset[str]:
         """The metric names this set declares."""
@@ -108,4 +138,6 @@ class GatewayMetrics:
             self.health_skips, self.capability_skips, self.fallback_blocked,
             self.retry_after_honored, self.overrides_active, self.override_oldest_age,
             self.routability_resends, self.routability_resend_seconds, self.gateway_overhead,
-            self.endpoint_state, self.quota_percent, self.budget_spend_usd))
+            self.endpoint_state, self.quota_percent, self.budget_spend_usd,
+            self.ledger_queue_depth, self.ledger_lag_seconds, self.ledger_batch_size,
+            self.ledger_write_seconds, self.ledger_lost, self.transaction_conflicts))
