@@ -65,7 +65,7 @@ log = logging.getLogger("humpyard.aws")
 
 T = TypeVar("T")
 
-STATS_FLUSH_SECS = 60.0
+STATS_FLUSH_SECS = 300.0
 """How long stats wait in an instance before they are written (see ``dynamodb_stats``)."""
 LATENCY_FLUSH_SECS = 30.0
 """How often an instance writes its latency samples and re-reads everyone's: the buckets

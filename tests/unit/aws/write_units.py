@@ -150,11 +150,17 @@ class WriteUnits:
 
     def _single(self, op: str, call: Any, kw: dict[str, Any], table: str,
                 key: dict[str, Any], factor: int = 1) -> Any:
-        before = self._get(table, key)
+        # Reads of the item around the write, only where they change the price: a put of
+        # a new item (conditional on it) had nothing before; an ADD on a table without
+        # indexes only grows the item, so the new size is the larger.
+        new_only = (op == "PutItem" and kw.get("ConditionExpression")
+                    == "attribute_not_exists(pk)")
+        grows = op == "UpdateItem" and not self._indexes.get(table)
+        before = None if new_only or grows else self._get(table, key)
         try:
             return call(**kw)
         finally:
-            after = self._get(table, key)
+            after = kw["Item"] if new_only else self._get(table, key)
             self._record(op, table, before, after, factor)
 
     def _on_batch_write_item(self, call: Any, **kw: Any) -> Any:
