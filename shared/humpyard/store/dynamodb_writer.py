@@ -167,7 +167,7 @@ class DynamoDBWriter:
             started = self._clock.monotonic()
             self._write_batch(batch)
             if self.metrics is not None:
-                self.metrics.ledger_batch_size.observe(len(batch))
+                self.metrics.ledger_batch_size.observe(len(taken) - len(calls))
                 self.metrics.ledger_write_seconds.observe(self._clock.monotonic() - started)
         for call in calls:
             perform(self._store, call)
