@@ -10,6 +10,7 @@ configuration can be swapped atomically (``swap_config``); a request keeps the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import threading
@@ -21,7 +22,7 @@ from humpyard.clock import Clock, SystemClock
 from humpyard.config.spec import Config
 from humpyard.executor.walk import Executor
 from humpyard.health.book import HealthBook
-from humpyard.health.breaker import HealthSettings
+from humpyard.health.breaker import ENDPOINT_STATES, HealthSettings
 from humpyard.health.readiness import ReadinessProber
 from humpyard.latency import LatencyBook, LocalLatency
 from humpyard.ledger.periods import period_key
@@ -82,6 +83,7 @@ class Gateway:
                                          config.router.probe_interval_secs,
                                          config.router.probe_timeout_secs)
         self.metrics = GatewayMetrics(Metrics())
+        self.writer.use_metrics(self.metrics)
         self.policy = policy
         self.latency_book: LatencyBook = latency or LocalLatency()
         self.route_rngs: dict[str, random.Random] = {}
@@ -207,14 +209,12 @@ class Gateway:
         self._cached = cached
         return cached
 
-    def _from_source(self, source: SharedState, now: float, *, plan: bool = True) -> _Cached:
+    def _from_source(self, source: SharedState, now: float) -> _Cached:
         """Overrides and spend from the instance's shared view (one read for everything
-        shared; ``humpyard.shared_state`` says when it is refreshed). Only planning
-        (``plan``) refreshes it; other callers take the last view as it is."""
+        shared; ``humpyard.shared_state`` says when it is refreshed)."""
         source.refresh_secs = self._config.state_refresh_ms / 1000
         periods = self._budget_periods(now)
-        view = (source.current(spend=periods, ahead=True) if plan else
-                source.peek() or source.current(spend=periods))
+        view = source.current(spend=periods, ahead=True)
         marked = self._marked
         if marked is None or marked[0] is not view.overrides or marked[1] is not self._config:
             marked = (view.overrides, self._config, mark_stale(view.overrides, self._config))
@@ -244,7 +244,7 @@ class Gateway:
         cached = self._cached
         if cached is not None:
             cached.spend[key_id] = cached.spend.get(key_id, 0.0) + usd
-        self.writer.submit("add_spend", key_id, period, usd)
+        self.writer.submit_spend(key_id, period, usd)
 
     @property
     def tiered(self) -> Any:
@@ -255,21 +255,36 @@ class Gateway:
         return self._tiered
 
     def refresh_gauges(self) -> None:
-        """Point-in-time gauges (overrides) before metrics are read; no store read
-        when the shared state is fresh (or, on AWS, read at all since the last
-        ``invalidate``)."""
-        now = self.clock.now()
+        """Point-in-time gauges before metrics are read: overrides, each configured
+        endpoint's health state, each budgeted key's spend this period. No store
+        read when the shared state is fresh; on AWS none at all, whatever its age
+        (the next request's plan refreshes it), unless it was invalidated."""
+        source = self._shared_source()
+        with source.no_reads() if source is not None else contextlib.nullcontext():
+            self._refresh_gauges(self.clock.now())
+
+    def _refresh_gauges(self, now: float) -> None:
+        m = self.metrics
+        shared = self._shared_state(now)
         by_kind: dict[str, int] = {"disable_target": 0, "drain_provider": 0, "pin_route": 0}
         oldest = 0.0
-        source = self._shared_source()
-        shared = (self._shared_state(now) if source is None
-                  else self._from_source(source, now, plan=False))
         for ov in shared.overrides:
             by_kind[ov.kind] = by_kind.get(ov.kind, 0) + 1
             oldest = max(oldest, now - ov.created_at)
         for kind, n in by_kind.items():
-            self.metrics.overrides_active.set(n, kind=kind)
-        self.metrics.override_oldest_age.set(oldest)
+            m.overrides_active.set(n, kind=kind)
+        m.override_oldest_age.set(oldest)
+        config = self._config
+        m.endpoint_state.clear()  # endpoints a reload removed leave no series behind
+        for _, ep in config.endpoint_keys():
+            current = self.health.view(ep.key, now).state
+            for state in ENDPOINT_STATES:
+                m.endpoint_state.set(1 if state == current else 0, endpoint=ep.key, state=state)
+        m.budget_spend_usd.clear()
+        for key in config.keys.values():
+            if key.budget is not None:
+                m.budget_spend_usd.set(round(shared.spend.get(key.id, 0.0), 6), key=key.id)
+        self.writer.refresh_gauges()
 
     # -- hooks from the executor -------------------------------------------
 

@@ -34,11 +34,12 @@ each store object (one per instance) its one ``SharedState``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -98,6 +99,7 @@ class SharedState:
         self._latency_read_at: float | None = None
         self._latency_oldest = 0
         self.reads = 0  # refreshes started, for tests and the docs' cost table
+        self._local = threading.local()
 
     # -- what the readers want -------------------------------------------------------
 
@@ -136,6 +138,18 @@ class SharedState:
             view = self._view
             return view if view is not None and view.read_ticket > self._invalid_ticket else None
 
+    @contextlib.contextmanager
+    def no_reads(self) -> Iterator[None]:
+        """In this thread, for the block: ``current`` serves the last view whatever its age
+        and reads only when there is none (never read, or invalidated). For work after
+        a request's answer (gauges), which must not pay for the next request's read."""
+        before = getattr(self._local, "no_reads", False)
+        self._local.no_reads = True
+        try:
+            yield
+        finally:
+            self._local.no_reads = before
+
     def current(self, spend: Mapping[str, str] | None = None, *,
                 ahead: bool = False) -> SharedView:
         """The view to plan on now: read first when it is ``refresh_secs`` old (see the module
@@ -146,6 +160,10 @@ class SharedState:
         with self._lock:
             if spend is not None and spend != self._spend_wanted:
                 self._spend_wanted = dict(spend)
+        if getattr(self._local, "no_reads", False):
+            found = self.peek()
+            if found is not None:
+                return found
         for _ in range(3):  # a read that began before an ``invalidate`` does not count
             mono = self._clock.monotonic()
             with self._lock:

@@ -9,8 +9,8 @@ overrides, spend and latency buckets back together; ``SharedHealth`` for
 breakers (a probe lease is a conditional write, so one instance probes);
 and ``SharedLatency`` for the figures ``fastest`` routes rank by.
 
-Ledger writes go through a ``DynamoDBWriter`` (bounded, batched, counted in
-``humpyard_ledger_*``) to the store, whose own retries cover throttling,
+Ledger writes go through the ``BackgroundWriter`` (bounded, batched, counted
+in ``humpyard_ledger_*``) to the store, whose own retries cover throttling,
 5xx and connection errors with backoff; a decision is a conditional put, so
 a retry never records it twice. A write that still fails is logged with
 its whole payload as JSON and counted in ``humpyard_ledger_lost_total``.
@@ -38,7 +38,7 @@ import sys
 import threading
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import IO, TYPE_CHECKING, Any, Generic, TypeVar
 
 from humpyard.aws.config_source import (
     AppConfigSource,
@@ -93,7 +93,7 @@ def build_gateway(env: LambdaEnv, *, dynamodb: Any = None, secretsmanager: Any =
     from humpyard.latency_shared import SharedLatency
     from humpyard.shared_state import state_for
     from humpyard.store.dynamodb import DynamoDBStore
-    from humpyard.store.dynamodb_writer import DynamoDBWriter
+    from humpyard.store.writer import BackgroundWriter
 
     clock = clock or SystemClock()
     values = dict(os.environ if environ is None else environ)
@@ -115,10 +115,9 @@ def build_gateway(env: LambdaEnv, *, dynamodb: Any = None, secretsmanager: Any =
     latency = SharedLatency(store, clock, flush_secs=LATENCY_FLUSH_SECS,
                             refresh_secs=max(refresh, LATENCY_FLUSH_SECS), auto_flush=False,
                             state=shared)
-    writer = DynamoDBWriter(store, clock=clock)
+    writer = BackgroundWriter(store, clock=clock)
     gw = Gateway(config, store, transport=transport, clock=clock, health=health,
-                 latency=latency, writer=cast(Any, writer))  # the writer interface, batched
-    writer.metrics = gw.metrics
+                 latency=latency, writer=writer)
     store.on_conflict = gw.metrics.transaction_conflicts.inc
     gw.record_before_reply = True  # the instance may be frozen after its last byte
     gw.reloader = ConfigReloader(source, lambda: gw.config, gw.swap_config, values, clock,

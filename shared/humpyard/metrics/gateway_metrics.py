@@ -16,8 +16,9 @@ REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
                    600)
 OVERHEAD_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 RESEND_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
-BATCH_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500)
-WRITE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+WRITE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
+                 10)
 
 
 class GatewayMetrics:
@@ -48,17 +49,17 @@ class GatewayMetrics:
       quota data has a series.
     - ``budget_spend_usd`` → ``humpyard_budget_spend_usd{key}`` gauge, labelled with the
       key's id.
-    - ``ledger_queue_depth`` → ``humpyard_ledger_queue_depth`` gauge: ledger writes waiting.
-    - ``ledger_lag_seconds`` → ``humpyard_ledger_lag_seconds`` gauge: age of the oldest
-      waiting write (0 when none).
-    - ``ledger_batch_size`` → ``humpyard_ledger_batch_size`` histogram: writes per batch.
-    - ``ledger_write_seconds`` → ``humpyard_ledger_write_seconds`` histogram: time to write
-      one batch.
-    - ``ledger_lost`` → ``humpyard_ledger_lost_total{kind,reason}`` counter: ledger writes
-      given up (kind ``decision`` or ``spend``; reason ``overload``: the queue was full,
-      ``error``: the store failed after its retries). Each is also logged with its payload.
+    - ``ledger_queue_depth`` → ``humpyard_ledger_queue_depth`` gauge: ledger items
+      (decisions and spend totals) submitted and not yet written.
+    - ``ledger_lag`` → ``humpyard_ledger_lag_seconds`` gauge: age of the oldest of them
+      (0 when none).
+    - ``ledger_batch_size`` → ``humpyard_ledger_batch_size`` histogram: items per write.
+    - ``ledger_write_seconds`` → ``humpyard_ledger_write_seconds`` histogram: time per write.
+    - ``ledger_lost`` → ``humpyard_ledger_lost_total{kind,reason}`` counter; kind is
+      ``decision`` or ``spend``, reason ``overload`` (shed at the queue's bound) or
+      ``error`` (the store refused or failed the write). See docs/operations.md.
     - ``transaction_conflicts`` → ``humpyard_dynamodb_transaction_conflicts_total`` counter:
-      DynamoDB transactions cancelled by a conflict (and retried).
+      DynamoDB transactions cancelled by a conflict (and retried); docs/decisions/0002.
 
     Declaring the set twice over one registry returns the same metric objects.
     """
@@ -114,19 +115,20 @@ class GatewayMetrics:
             "humpyard_budget_spend_usd", "A key's spend in its current budget period, by "
             "key id.", ("key",), unit="None")
         self.ledger_queue_depth: Gauge = m.gauge(
-            "humpyard_ledger_queue_depth", "Ledger writes waiting to be written.")
-        self.ledger_lag_seconds: Gauge = m.gauge(
-            "humpyard_ledger_lag_seconds", "Age of the oldest ledger write waiting (0 when "
-            "none).")
+            "humpyard_ledger_queue_depth", "Ledger items submitted and not yet written.",
+            unit="Count")
+        self.ledger_lag: Gauge = m.gauge(
+            "humpyard_ledger_lag_seconds", "Age of the oldest ledger item not yet written "
+            "(0 when none).")
         self.ledger_batch_size: Histogram = m.histogram(
-            "humpyard_ledger_batch_size", "Ledger writes per batch.", (), BATCH_BUCKETS,
+            "humpyard_ledger_batch_size", "Ledger items per write.", (), BATCH_BUCKETS,
             unit="Count")
         self.ledger_write_seconds: Histogram = m.histogram(
-            "humpyard_ledger_write_seconds", "Time to write one ledger batch.", (),
-            WRITE_BUCKETS)
+            "humpyard_ledger_write_seconds", "Time per ledger write.", (), WRITE_BUCKETS)
         self.ledger_lost: Counter = m.counter(
-            "humpyard_ledger_lost_total", "Ledger writes given up, by kind (decision, spend) "
-            "and reason (overload, error).", ("kind", "reason"))
+            "humpyard_ledger_lost_total", "Ledger items not written, by kind (decision, "
+            "spend) and reason (overload, error); each is logged with its payload.",
+            ("kind", "reason"))
         self.transaction_conflicts: Counter = m.counter(
             "humpyard_dynamodb_transaction_conflicts_total", "DynamoDB transactions "
             "cancelled by a conflict (retried).")
@@ -139,5 +141,5 @@ class GatewayMetrics:
             self.retry_after_honored, self.overrides_active, self.override_oldest_age,
             self.routability_resends, self.routability_resend_seconds, self.gateway_overhead,
             self.endpoint_state, self.quota_percent, self.budget_spend_usd,
-            self.ledger_queue_depth, self.ledger_lag_seconds, self.ledger_batch_size,
+            self.ledger_queue_depth, self.ledger_lag, self.ledger_batch_size,
             self.ledger_write_seconds, self.ledger_lost, self.transaction_conflicts))

@@ -29,18 +29,20 @@ from humpyard.planning.types import Override
 Decision = dict[str, Any]
 
 
-@dataclass
+@dataclass(slots=True)
 class LedgerBatch:
-    """What a writer hands a store in one ``write_batch``: decisions and summed spend.
+    """What the ledger writer hands a store in one ``write_batch`` call.
 
-    ``spend`` maps ``(key_id, period)`` to the USD to add (``add_spend``'s
-    arguments, summed per key and period).
+    ``decisions`` in submission order; ``spend`` maps ``(key_id, period)`` to
+    the USD to add (the writer has already summed the adds of one key and
+    period, so each pair appears once).
     """
 
     decisions: list[Decision] = field(default_factory=list)
     spend: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def __len__(self) -> int:
+        """Items in the batch: decisions plus spend totals."""
         return len(self.decisions) + len(self.spend)
 
 
@@ -79,11 +81,19 @@ class LedgerStore(Protocol):
         ...
 
     def write_batch(self, batch: LedgerBatch) -> None:
-        """Record every decision of ``batch`` (as ``append_decision``) and add its spend.
+        """Write everything in ``batch``: its decisions (each with its usage row and
+        stats, as ``append_decision`` does) and its spend adds.
 
-        Idempotent on ``request_id``: a decision that is already recorded is
-        skipped without an error and counted once. Raises ``StoreError``
-        when the backend fails; what was written by then stays written.
+        A decision whose ``request_id`` is already recorded, or appears earlier
+        in the same batch, is skipped: never counted twice, and never a reason
+        to fail the rest. The whole batch is validated before anything is
+        written: a decision ``append_decision`` would refuse, or a spend amount
+        ``add_spend`` would refuse, raises ``ValueError`` naming it and writes
+        nothing, so the caller may retry the other items. A backend failure
+        raises ``StoreError``; SQLite writes the batch in one transaction, so
+        then nothing of it was written. A backend that cannot (DynamoDB) raises
+        a ``StoreError`` whose ``unwritten`` is the part of the batch that is
+        missing, for the writer to count and log.
         """
         ...
 
@@ -323,16 +333,3 @@ class Store(LedgerStore, OverrideStore, QuotaStore, LiveStateStore, Protocol):
 
     def close(self) -> None: ...
 
-
-def write_one_by_one(store: LedgerStore, batch: LedgerBatch) -> None:
-    """``write_batch`` as one ``append_decision`` per decision and one ``add_spend`` per
-    entry, for a backend whose single writes are already cheap (memory)."""
-    from humpyard.errors import ConflictError
-
-    for decision in batch.decisions:
-        try:
-            store.append_decision(decision)
-        except ConflictError:
-            continue  # already recorded: counted once
-    for (key_id, period), usd in batch.spend.items():
-        store.add_spend(key_id, period, usd)

@@ -139,7 +139,9 @@ class DynamoDBLedger(DynamoDBStats):
         self._flush_stats_when_due()
 
     def write_batch(self, batch: LedgerBatch) -> None:
-        rows = [dec.decision_row(d) for d in batch.decisions]  # ValueError before any write
+        # Everything is checked before anything is written (ValueError names the item).
+        rows = [dec.decision_row(d) for d in batch.decisions]
+        spend = {key: check_usd(usd) for key, usd in batch.spend.items()}
         recorded: list[dec.DecisionRow] = []
         unwritten = LedgerBatch()
         failure: StoreError | None = None
@@ -151,7 +153,7 @@ class DynamoDBLedger(DynamoDBStats):
                 failure = failure or exc
                 unwritten.decisions.append(decision)
         self._count_stats(recorded)
-        for (key_id, period), usd in batch.spend.items():
+        for (key_id, period), usd in spend.items():
             try:
                 self.add_spend(key_id, period, usd)
             except StoreError as exc:

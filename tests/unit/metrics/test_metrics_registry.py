@@ -112,7 +112,7 @@ def test_gateway_metrics_names_labels_and_kinds() -> None:
         "quota_percent": ("humpyard_quota_percent", Gauge, ("provider", "window")),
         "budget_spend_usd": ("humpyard_budget_spend_usd", Gauge, ("key",)),
         "ledger_queue_depth": ("humpyard_ledger_queue_depth", Gauge, ()),
-        "ledger_lag_seconds": ("humpyard_ledger_lag_seconds", Gauge, ()),
+        "ledger_lag": ("humpyard_ledger_lag_seconds", Gauge, ()),
         "ledger_batch_size": ("humpyard_ledger_batch_size", Histogram, ()),
         "ledger_write_seconds": ("humpyard_ledger_write_seconds", Histogram, ()),
         "ledger_lost": ("humpyard_ledger_lost_total", Counter, ("kind", "reason")),
