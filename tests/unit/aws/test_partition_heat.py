@@ -125,9 +125,13 @@ def test_no_partition_key_runs_hot(client: Any, clock: FakeClock, tmp_path: Path
     heat = writes.heat()
     table = heat_table(heat, REQUESTS)
     units = writes.total_units() / REQUESTS
+    reads = sum(n for op, n in writes.calls.items() if op in ("GetItem", "BatchGetItem", "Query"))
     with capsys.disabled():
-        print(f"\nPartition heat: {REQUESTS} requests on {INSTANCES} instances, "
-              f"{units:.2f} write units per request; the hottest partition keys:\n{table}")
+        print(f"\nPartition heat: {REQUESTS} requests on {INSTANCES} instances, per request "
+              f"{units:.2f} write units, {writes.items() / REQUESTS:.2f} items written, "
+              f"{reads / REQUESTS:.2f} read calls, "
+              f"{writes.read_units / REQUESTS:.2f} read units; the hottest partition keys:"
+              f"\n{table}")
     hottest = max(heat.values()) / REQUESTS * RATE
     assert hottest <= BOUND, table
     # The shape the bound rests on: every decision is one item and two index entries.
