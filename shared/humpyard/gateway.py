@@ -10,6 +10,7 @@ configuration can be swapped atomically (``swap_config``); a request keeps the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import threading
@@ -31,6 +32,7 @@ from humpyard.overrides import mark_stale
 from humpyard.planning.policy import RoutingPolicy
 from humpyard.planning.types import EndpointHealth, LatencyFigure, Override, StateSnapshot
 from humpyard.quota.poller import QuotaPoller
+from humpyard.shared_state import SharedState, state_for
 from humpyard.store import Store, open_store
 from humpyard.store.writer import BackgroundWriter, InlineWriter, writer_for
 from humpyard.upstream.client import UpstreamClient
@@ -164,18 +166,38 @@ class Gateway:
 
     # -- state snapshot ---------------------------------------------------
 
+    # The store's one-read view of the shared state (DynamoDB), found on first use.
+    _state_source: SharedState | None = None
+    _state_source_known = False
+    _marked: tuple[tuple[Override, ...], Config, tuple[Override, ...]] | None = None
+
+    def _shared_source(self) -> SharedState | None:
+        if not self._state_source_known:
+            self._state_source = state_for(self.store, self.clock)
+            self._state_source_known = True
+        return self._state_source
+
     def invalidate(self) -> None:
         """Forget the cached overrides/spend so the next snapshot reads the store."""
         self._cached = None
+        source = self._shared_source()
+        if source is not None:
+            source.invalidate()
+
+    def _budget_periods(self, now: float) -> dict[str, str]:
+        return {k.id: period_key(k.budget.period, now)
+                for k in self._config.keys.values() if k.budget}
 
     def _shared_state(self, now: float) -> _Cached:
+        source = self._shared_source()
+        if source is not None:
+            return self._from_source(source, now)
         cached = self._cached
         refresh = self._config.state_refresh_ms / 1000
         if cached is not None and now - cached.taken_at < refresh:
             return cached
         overrides: tuple[Override, ...] = ()
-        periods = {k.id: period_key(k.budget.period, now)
-                   for k in self._config.keys.values() if k.budget}
+        periods = self._budget_periods(now)
         try:
             if self.store.has_ledger:
                 overrides = mark_stale(self.store.list_overrides(now), self._config)
@@ -193,6 +215,19 @@ class Gateway:
         self._cached = cached
         return cached
 
+    def _from_source(self, source: SharedState, now: float) -> _Cached:
+        """Overrides and spend from the instance's shared view (one read for everything
+        shared; ``humpyard.shared_state`` says when it is refreshed)."""
+        source.refresh_secs = self._config.state_refresh_ms / 1000
+        periods = self._budget_periods(now)
+        view = source.current(spend=periods, ahead=True)
+        marked = self._marked
+        if marked is None or marked[0] is not view.overrides or marked[1] is not self._config:
+            marked = (view.overrides, self._config, mark_stale(view.overrides, self._config))
+            self._marked = marked
+        active = tuple(o for o in marked[2] if o.expires_at > now)
+        return _Cached(taken_at=now, overrides=active, spend=source.spend(view, periods))
+
     def snapshot(self, now: float | None = None) -> StateSnapshot:
         """Health, latency, overrides and spend as the planner sees them now."""
         now = self.clock.now() if now is None else now
@@ -209,6 +244,9 @@ class Gateway:
 
     def add_spend(self, key_id: str, period: str, usd: float) -> None:
         """Count spend at once locally and in the store off the request path."""
+        source = self._shared_source()
+        if source is not None:
+            source.note_spend(key_id, period, usd)
         cached = self._cached
         if cached is not None:
             cached.spend[key_id] = cached.spend.get(key_id, 0.0) + usd
@@ -225,8 +263,13 @@ class Gateway:
     def refresh_gauges(self) -> None:
         """Point-in-time gauges before metrics are read: overrides, each configured
         endpoint's health state, each budgeted key's spend this period. No store
-        read when the shared state is fresh."""
-        now = self.clock.now()
+        read when the shared state is fresh; on AWS none at all, whatever its age
+        (the next request's plan refreshes it), unless it was invalidated."""
+        source = self._shared_source()
+        with source.no_reads() if source is not None else contextlib.nullcontext():
+            self._refresh_gauges(self.clock.now())
+
+    def _refresh_gauges(self, now: float) -> None:
         m = self.metrics
         shared = self._shared_state(now)
         by_kind: dict[str, int] = {"disable_target": 0, "drain_provider": 0, "pin_route": 0}

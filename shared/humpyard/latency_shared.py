@@ -2,10 +2,11 @@
 
 ``record`` only adds to this instance's pending totals (count and total
 milliseconds per target and bucket). When ``flush_secs`` have passed since
-the last flush, the ``record`` call that notices flushes them with one
-``add_latency`` per bucket (an atomic ``ADD``): on the request path, because
-a Lambda instance is frozen between requests and a background thread would
-not run. So a request costs no write, and an instance writes at most once
+the last flush they are written with one ``add_latency`` per bucket (an
+atomic ``ADD``): by the ``record`` call that notices, or, with
+``auto_flush=False``, by ``flush_due`` (Lambda calls it while flushing a
+request, before the last byte: a frozen instance runs no background
+thread). So a request costs no write, and an instance writes at most once
 per ``flush_secs``. Samples still pending when an instance is reaped are
 lost (at most ``flush_secs`` worth); call ``flush`` on shutdown.
 
@@ -15,7 +16,10 @@ lost (at most ``flush_secs`` worth); call ``flush`` on shutdown.
 total count and ``updated_at`` the end of the newest bucket. The shared
 buckets are re-read at most every ``refresh_secs``; this instance's pending
 samples are merged in, so its own answers count at once. Another
-instance's samples are seen within one flush plus one refresh.
+instance's samples are seen within one flush plus one refresh. On a store
+that reads the shared state in one call (DynamoDB), the buckets come with
+the instance's ``SharedState`` view (re-read every ``refresh_secs``), so
+they cost no read of their own.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from humpyard.clock import Clock
 from humpyard.errors import StoreError
 from humpyard.planning.order import SMOOTHING
 from humpyard.planning.types import LatencyFigure
+from humpyard.shared_state import SharedState, state_for
 from humpyard.store.base import LiveStateStore
 
 logger = logging.getLogger("humpyard.latency")
@@ -36,11 +41,16 @@ Buckets = dict[str, dict[int, tuple[int, float]]]  # target -> bucket -> (count,
 
 
 class SharedLatency:
-    """``LatencyBook`` on a shared store; safe to share between threads."""
+    """``LatencyBook`` on a shared store; safe to share between threads.
+
+    ``state`` is the instance's ``SharedState`` (default: the store's own,
+    when it has one).
+    """
 
     def __init__(self, store: LiveStateStore, clock: Clock, *, flush_secs: float = 5.0,
                  refresh_secs: float = 1.0, bucket_secs: int = 60,
-                 max_age_secs: float = 600) -> None:
+                 max_age_secs: float = 600, auto_flush: bool = True,
+                 state: SharedState | None = None) -> None:
         if bucket_secs <= 0 or max_age_secs <= 0:
             raise ValueError("bucket_secs and max_age_secs must be > 0")
         self._store = store
@@ -56,6 +66,13 @@ class SharedLatency:
         self._read_at: float | None = None
         self._figures: dict[str, LatencyFigure] | None = None  # None: data changed since
         self._figures_from = 0  # the oldest bucket the cached figures cover
+        self._auto_flush = auto_flush
+        self._state = state if state is not None else state_for(store, clock)
+        self._generation = -1
+        self._flushed: list[tuple[int, int, dict[str, tuple[int, float]]]] = []
+        if self._state is not None:
+            self._state.want_latency(bucket_secs=self._bucket_secs,
+                                     max_age_secs=max_age_secs, refresh_secs=refresh_secs)
 
     def record(self, target: str, ms: float, now: float) -> LatencyFigure | None:
         """Count one answered attempt; flush when due. Returns the target's figure as now known."""
@@ -66,10 +83,19 @@ class SharedLatency:
             cell[bucket] = (count + 1, total + float(ms))
             self._figures = None
             due = self._clock.monotonic() - self._flushed_at >= self._flush_secs
-        if due:
+        if due and self._auto_flush:
             self.flush()
         with self._lock:
             return _fold(self._merged_locked(target), self._bucket_secs, self._oldest(now))
+
+    def flush_due(self) -> bool:
+        """``flush`` when ``flush_secs`` have passed since the last one; whether it did."""
+        with self._lock:
+            due = bool(self._pending) and (
+                self._clock.monotonic() - self._flushed_at >= self._flush_secs)
+        if due:
+            self.flush()
+        return due
 
     def flush(self) -> None:
         """Write the pending samples to the store now (one ``add_latency`` per bucket).
@@ -96,6 +122,8 @@ class SharedLatency:
             with self._lock:  # the snapshot now holds them, until the next read replaces it
                 _add(self._shared, bucket, samples)
                 self._figures = None
+                if self._state is not None:  # for reads that began before this write
+                    self._flushed.append((self._state.ticket(), bucket, dict(samples)))
 
     def figures(self, now: float) -> Mapping[str, LatencyFigure]:
         """The current figure per target (a target with no sample in ``max_age_secs`` is absent)."""
@@ -111,6 +139,9 @@ class SharedLatency:
             return self._figures
 
     def _refresh(self, now: float) -> None:
+        if self._state is not None:
+            self._take_view(self._state)
+            return
         mono = self._clock.monotonic()
         with self._lock:
             if self._read_at is not None and mono - self._read_at < self._refresh_secs:
@@ -123,6 +154,19 @@ class SharedLatency:
             return
         shared: Buckets = {t: {b: (c, ms) for b, c, ms in cells} for t, cells in rows.items()}
         with self._lock:
+            self._shared = shared
+            self._figures = None
+
+    def _take_view(self, state: SharedState) -> None:
+        view = state.current()
+        with self._lock:
+            if view.generation == self._generation:
+                return
+            self._generation = view.generation
+            shared: Buckets = {t: dict(cells) for t, cells in view.latency.items()}
+            self._flushed = [f for f in self._flushed if f[0] > view.latency_ticket]
+            for _, bucket, samples in self._flushed:  # written after that read began
+                _add(shared, bucket, samples)
             self._shared = shared
             self._figures = None
 

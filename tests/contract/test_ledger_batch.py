@@ -20,15 +20,7 @@ from humpyard.store.aggregates import STATS_GROUPS
 from .conftest import STORE_FACTORIES
 from .test_store_contract import HOUR, T0, attempt, decision
 
-# The DynamoDB store gains write_batch with the Lambda writer (issue 19, item 5);
-# strict, so this fails as soon as it has it and the mark must go.
-BATCH_BACKENDS = [
-    pytest.param(name, marks=pytest.mark.xfail(
-        strict=True, raises=AttributeError,
-        reason="DynamoDBStore.write_batch lands with the DynamoDB writer"))
-    if name == "dynamodb" else name
-    for name in STORE_FACTORIES
-]
+BATCH_BACKENDS = list(STORE_FACTORIES)
 
 
 @pytest.fixture(params=BATCH_BACKENDS)

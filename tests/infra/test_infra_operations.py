@@ -75,7 +75,7 @@ def test_the_tracing_parameter_switches_functions_api_and_code_together(mode: st
 # reason, and retried transaction conflicts. When GatewayMetrics defines them, its
 # definitions are what the alarms are checked against.
 LEDGER_METRICS = {"humpyard_ledger_lost_total": ("kind", "reason"),
-                  "humpyard_ledger_conflicts_total": ()}
+                  "humpyard_dynamodb_transaction_conflicts_total": ()}
 
 
 def _emf_dimensions(name: str) -> list[str]:
@@ -107,7 +107,7 @@ def test_lost_ledger_writes_alarm_on_every_kind_and_reason() -> None:
 def test_transaction_conflicts_alarm_names_the_exact_dimension_set() -> None:
     props = template()["Resources"]["HumpyardLedgerConflicts"]["Properties"]
     assert props["Namespace"] == "Humpyard"
-    assert props["MetricName"] == "humpyard_ledger_conflicts_total"
+    assert props["MetricName"] == "humpyard_dynamodb_transaction_conflicts_total"
     assert [d["Name"] for d in props["Dimensions"]] == _emf_dimensions(props["MetricName"])
     assert props["Statistic"] == "Sum" and props["Threshold"] == {"Ref":
                                                                    "LedgerConflictThreshold"}

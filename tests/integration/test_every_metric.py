@@ -11,15 +11,20 @@ from __future__ import annotations
 import re
 import threading
 import time
+from pathlib import Path
 
 import httpx
 
+from humpyard.aws.build import build_gateway
+from humpyard.aws.env import LambdaEnv
 from humpyard.clock import FakeClock
+from humpyard.http.app import create_app
 from humpyard.metrics import GatewayMetrics, Metrics
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway import Running, running_gateway
-from tests.support.servers import closed_port_url
+from tests.support.servers import ServerThread, closed_port_url
 from tests.support.steps import delay, ok, status
+from tests.unit.aws.moto_support import LEDGER, STATE, Failing, moto_tables
 
 MSG = [{"role": "user", "content": "hi"}]
 SERIES = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
@@ -50,6 +55,8 @@ SCENARIOS = {
     "humpyard_upstream_waiting": "test_a_provider_at_its_concurrency_limit",
     "humpyard_upstream_slot_timeouts_total": "test_a_provider_at_its_concurrency_limit",
     "humpyard_refused_total": "test_refusals_before_routing_are_counted_and_sampled",
+    "humpyard_dynamodb_transaction_conflicts_total":
+        "test_a_dynamodb_transaction_conflict_is_counted",
 }
 
 
@@ -292,3 +299,30 @@ key_env = "OPS_KEY"
     assert m['humpyard_refused_total{reason="invalid_api_key"}'] == 5
     assert m['humpyard_refused_total{reason="not_found"}'] == 3
     assert len(recorded) == 2  # two a minute; the rest counted only
+def test_a_dynamodb_transaction_conflict_is_counted(tmp_path: Path) -> None:
+    # The Lambda wiring on moto, where DynamoDB cancels the first transaction (creating an
+    # override writes the override and the overrides' version in one) with a conflict.
+    path = tmp_path / "humpyard.toml"
+    with FakeUpstream() as up, moto_tables() as client:
+        path.write_text(providers(p=up.url) + """
+[targets.t]
+endpoints = [{ provider = "p", model = "m" }]
+""")
+        env = LambdaEnv.from_environ({"HUMPYARD_STATE_TABLE": STATE,
+                                      "HUMPYARD_LEDGER_TABLE": LEDGER,
+                                      "HUMPYARD_CONFIG": str(path)})
+        conflicting = Failing(client, times=1, code="TransactionCanceledException",
+                              reasons=["None", "TransactionConflict"],
+                              operations=frozenset({"TransactWriteItems"}))
+        live = build_gateway(env, dynamodb=conflicting, environ={})
+        with ServerThread(create_app(live.config, gateway=live)) as srv:
+            gw = Running(url=srv.url, gw=live, config=live.config)
+            gw._auth = {}
+            with gw.client() as c:
+                r = c.post("/v1/overrides", json={"kind": "disable_target", "subject": "t",
+                                                  "reason": "test"})
+                assert r.status_code == 201, r.text
+            m = scrape(gw)
+        live.writer.close()
+        live.store.close()
+    assert m["humpyard_dynamodb_transaction_conflicts_total"] == 1

@@ -283,6 +283,8 @@ def item_bytes(item: dict[str, dict[str, Any]]) -> int:
             return (digits + 1) // 2 + 1
         if kind == "BOOL" or kind == "NULL":
             return 1
+        if kind == "B":
+            return len(x)
         if kind == "M":
             return 3 + sum(len(k.encode()) + value(w) for k, w in x.items())
         if kind == "L":

@@ -3,30 +3,35 @@
 ``Instance.build()`` (on the first invocation, never at import) checks the
 environment (``LambdaEnv``), reads the keys secret if one is named, loads
 the TOML configuration and wires the gateway to DynamoDB: ``DynamoDBStore``
-for overrides, ledger, spend and quota; ``SharedHealth`` for breakers (a
-probe lease is a conditional write, so one instance probes); and
-``SharedLatency`` for the figures ``fastest`` routes rank by.
+for overrides, ledger, spend and quota; one ``SharedState`` per instance,
+the one read (every ``state_refresh_ms`` at most) that brings breakers,
+overrides, spend and latency buckets back together; ``SharedHealth`` for
+breakers (a probe lease is a conditional write, so one instance probes);
+and ``SharedLatency`` for the figures ``fastest`` routes rank by.
 
-Ledger writes go through the writer to the store, whose own retries cover
-throttling, 5xx and connection errors with backoff (the decision write is a
-transaction with a client token, so a retry never counts twice); a write
-that still fails is logged by the writer with its whole payload as JSON.
+Ledger writes go through the ``BackgroundWriter`` (bounded, batched, counted
+in ``humpyard_ledger_*``) to the store, whose own retries cover throttling,
+5xx and connection errors with backoff; a decision is a conditional put, so
+a retry never records it twice. A write that still fails is logged with
+its whole payload as JSON and counted in ``humpyard_ledger_lost_total``.
+Stats are summed in the instance and written every ``STATS_FLUSH_SECS``
+(with a request's flush, when due) and on shutdown.
 Everything is reused while the instance is warm; nothing is module-global
 but the ``Once`` each entry point holds.
 
 ``Instance.flush()`` is what every request (``FlushMiddleware``) and every
 scheduled run ends with: the writer drained (bounded by
-``HUMPYARD_FLUSH_TIMEOUT_SECS``) and the metrics printed to stdout as
-CloudWatch EMF, one JSON line per record. Counters and histograms go out
-with every request; gauges (overrides, latency figures, endpoint states,
-quota, budgets) are point-in-time values whose number grows with the
-configuration, not the traffic, so an instance refreshes and prints them at
-most every ``HUMPYARD_GAUGE_INTERVAL_SECS`` (60 s, CloudWatch's resolution)
-and on its first flush; the scheduled poller prints them on every run
-(docs/deploy.md, "Cost": log bytes are billed per request).
-Latency samples are not written per request: ``SharedLatency`` flushes them
-itself, on the request that finds ``flush_secs`` (5 s) passed, so an
-instance writes at most one latency item per 5 s; ``close`` flushes the rest.
+``HUMPYARD_FLUSH_TIMEOUT_SECS``; the stats when due), latency samples when
+``LATENCY_FLUSH_SECS`` have passed, and the metrics printed to stdout as
+CloudWatch EMF, one JSON line per record. So an instance writes at most one
+latency item per 30 s and one stats item per group and hour a minute;
+``close`` writes the rest. Counters and histograms go out with every request;
+gauges (overrides, latency figures, endpoint states, quota, budgets) are
+point-in-time values whose number grows with the configuration, not the
+traffic, so an instance refreshes and prints them at most every
+``HUMPYARD_GAUGE_INTERVAL_SECS`` (60 s, CloudWatch's resolution) and on its
+first flush; the scheduled poller prints them on every run (docs/deploy.md,
+"Cost": log bytes are billed per request).
 """
 
 from __future__ import annotations
@@ -59,7 +64,6 @@ from humpyard.errors import ConfigError, ForbiddenError, HumpyardError
 from humpyard.gateway import Gateway, health_settings
 from humpyard.metrics import emf
 from humpyard.recording import record_refusal
-from humpyard.store.writer import BackgroundWriter
 
 if TYPE_CHECKING:
     import httpx
@@ -69,6 +73,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("humpyard.aws")
 
 T = TypeVar("T")
+
+STATS_FLUSH_SECS = 300.0
+"""How long stats wait in an instance before they are written (see ``dynamodb_stats``)."""
+LATENCY_FLUSH_SECS = 30.0
+"""How often an instance writes its latency samples and re-reads everyone's: the buckets
+are a minute wide, so a half-minute delay moves no figure by more than a bucket would."""
 
 
 def _secretsmanager_client() -> Any:
@@ -90,7 +100,9 @@ def build_gateway(env: LambdaEnv, *, dynamodb: Any = None, secretsmanager: Any =
     from humpyard.aws.clients import dynamodb_client
     from humpyard.health.shared import SharedHealth
     from humpyard.latency_shared import SharedLatency
+    from humpyard.shared_state import state_for
     from humpyard.store.dynamodb import DynamoDBStore
+    from humpyard.store.writer import BackgroundWriter
 
     clock = clock or SystemClock()
     values = dict(os.environ if environ is None else environ)
@@ -103,13 +115,19 @@ def build_gateway(env: LambdaEnv, *, dynamodb: Any = None, secretsmanager: Any =
     retention = config.ledger.decision_retention_days if config.ledger else 30
     store = DynamoDBStore(env.state_table, env.ledger_table, clock=clock,
                           client=dynamodb if dynamodb is not None else dynamodb_client(),
-                          retention_days=retention)
+                          retention_days=retention, stats_flush_secs=STATS_FLUSH_SECS)
     refresh = config.state_refresh_ms / 1000
-    health = SharedHealth(store, health_settings(config), clock, refresh)
-    latency = SharedLatency(store, clock, refresh_secs=refresh)
-    writer = BackgroundWriter(store)
+    shared = state_for(store, clock)  # the gateway's snapshot finds the same one
+    assert shared is not None
+    shared.refresh_secs = refresh
+    health = SharedHealth(store, health_settings(config), clock, refresh, state=shared)
+    latency = SharedLatency(store, clock, flush_secs=LATENCY_FLUSH_SECS,
+                            refresh_secs=max(refresh, LATENCY_FLUSH_SECS), auto_flush=False,
+                            state=shared)
+    writer = BackgroundWriter(store, clock=clock)
     gw = Gateway(config, store, transport=transport, clock=clock, health=health,
                  latency=latency, writer=writer)
+    store.on_conflict = gw.metrics.transaction_conflicts.inc
     gw.record_before_reply = True  # the instance may be frozen after its last byte
     gw.reloader = ConfigReloader(source, lambda: gw.config, gw.swap_config, values, clock,
                                  version=version)
@@ -223,6 +241,9 @@ class Instance:
         if not gw.writer.flush(self.env.flush_timeout_secs):
             log.error("ledger writes still pending after %.1f s; pending=%d",
                       self.env.flush_timeout_secs, gw.writer.pending)
+        flush_due = getattr(gw.latency_book, "flush_due", None)
+        if flush_due is not None:
+            flush_due()  # never raises: failed samples stay pending
         now = gw.clock.monotonic()
         due = (gauges or self._gauges_at is None
                or now - self._gauges_at >= self.env.gauge_interval_secs)

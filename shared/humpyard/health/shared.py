@@ -1,14 +1,20 @@
 """``SharedHealth``: the ``HealthState`` every instance shares, kept in a ``LiveStateStore``.
 
-Reads come from this instance's snapshot of every breaker, re-read with
-one ``get_breakers`` at most every ``refresh_secs``, so a warm request costs
-no store read. Transitions are written at once with compare-and-set on
-``BreakerState.version``: the transition is applied to the state this
-instance knows and written only if the store still holds that version. A
-writer that loses gets the stored state back with the refusal, re-applies
-its transition to it and tries again (``max_attempts`` in all), so no
-transition is lost and cooldowns only grow (the pure transitions take the
-later deadline). A transition that changes nothing writes nothing.
+Reads come from this instance's snapshot of every breaker. On a store that
+reads the shared state in one call (DynamoDB) the snapshot is the breakers
+of the instance's ``SharedState`` view (one read for breakers, overrides,
+spend and latency together; ``humpyard.shared_state`` says when it is
+refreshed); on any other ``LiveStateStore`` it is re-read with one
+``get_breakers`` at most every ``refresh_secs``. Either way a warm request
+costs no store read of its own. A read never hides this instance's own
+transitions: per endpoint, the higher version wins. Transitions are
+written at once with compare-and-set on ``BreakerState.version``: the
+transition is applied to the state this instance knows and written only
+if the store still holds that version. A writer that loses gets the
+stored state back with the refusal, re-applies its transition to it and
+tries again (``max_attempts`` in all), so no transition is lost and
+cooldowns only grow (the pure transitions take the later deadline). A
+transition that changes nothing writes nothing.
 
 The half-open probe lease is part of the state, so the conditional write
 decides the probe: of several instances asking at once, exactly one write
@@ -40,6 +46,7 @@ from humpyard.health.breaker import (
     try_acquire_probe,
     view,
 )
+from humpyard.shared_state import SharedState, state_for
 from humpyard.store.base import LiveStateStore
 
 logger = logging.getLogger("humpyard.health")
@@ -50,14 +57,17 @@ Transition = Callable[[BreakerState], tuple[bool, BreakerState]]
 class SharedHealth:
     """``HealthState`` on a shared store (DynamoDB in Lambda), seen by every instance.
 
-    ``settings`` may be replaced on a configuration reload. Safe to share
-    between threads: the snapshot is swapped under a lock, and concurrent
-    transitions in one instance race through the same compare-and-set as
-    those of different instances.
+    ``settings`` may be replaced on a configuration reload. ``state`` is the
+    instance's ``SharedState`` (default: the store's own, when it has one;
+    its ``refresh_secs`` is set to this one). Safe to share between threads:
+    the snapshot is swapped under a lock, and concurrent transitions in one
+    instance race through the same compare-and-set as those of different
+    instances.
     """
 
     def __init__(self, store: LiveStateStore, settings: HealthSettings, clock: Clock,
-                 refresh_secs: float, *, max_attempts: int = 5) -> None:
+                 refresh_secs: float, *, max_attempts: int = 5,
+                 state: SharedState | None = None) -> None:
         self.settings = settings
         self._store = store
         self._clock = clock
@@ -67,11 +77,17 @@ class SharedHealth:
         self._states: dict[str, BreakerState] = {}
         self._stored: set[str] = set()  # keys known to exist in the store
         self._read_at: float | None = None
+        self._state = state if state is not None else state_for(store, clock)
+        self._generation = -1
+        if self._state is not None:
+            self._state.refresh_secs = self._refresh_secs
 
     # -- reads ---------------------------------------------------------------------
 
     def _snapshot(self) -> dict[str, BreakerState]:
         """The breakers as of the last refresh, re-read when ``refresh_secs`` have passed."""
+        if self._state is not None:
+            return self._shared_snapshot(self._state)
         mono = self._clock.monotonic()
         with self._lock:
             fresh = self._read_at is not None and mono - self._read_at < self._refresh_secs
@@ -86,6 +102,31 @@ class SharedHealth:
             return self._states
         with self._lock:
             self._states, self._stored = states, set(states)
+            return self._states
+
+    def _shared_snapshot(self, state: SharedState, *, refresh: bool = True
+                         ) -> dict[str, BreakerState]:
+        view = state.current() if refresh else state.peek()
+        if view is None:
+            return self._states
+        with self._lock:
+            if view.generation == self._generation:
+                return self._states
+        read: dict[str, BreakerState] = {}
+        for key, raw in view.breakers.items():
+            try:
+                read[key] = BreakerState.from_dict(raw)
+            except (TypeError, ValueError) as exc:
+                logger.warning("unreadable breaker state ignored endpoint=%s: %s", key, exc)
+        with self._lock:
+            if view.generation <= self._generation:
+                return self._states
+            states = dict(read)
+            for key, mine in self._states.items():  # own writes the read may predate
+                if key not in states or mine.version > states[key].version:
+                    states[key] = mine
+            self._states, self._generation = states, view.generation
+            self._stored = set(read) | {k for k in self._stored if k in states}
             return self._states
 
     def get(self, key: str) -> BreakerState:
@@ -128,8 +169,13 @@ class SharedHealth:
         return self._apply(key, lambda s: (True, release_probe(s, self.settings, now)))[1]
 
     def _apply(self, key: str, step: Transition) -> tuple[BreakerState, BreakerState, bool]:
-        """Apply ``step`` with compare-and-set; ``(state it applied to, result, verdict)``."""
-        states = self._snapshot()
+        """Apply ``step`` with compare-and-set; ``(state it applied to, result, verdict)``.
+
+        With a ``SharedState`` the transition starts from the last view without
+        reading: compare-and-set hands back the stored state if it moved.
+        """
+        states = (self._snapshot() if self._state is None
+                  else self._shared_snapshot(self._state, refresh=False))
         with self._lock:
             old = states.get(key, BreakerState())
             expected = old.version if key in self._stored else None

@@ -70,6 +70,8 @@ class GatewayMetrics:
       for a slot.
     - ``upstream_slot_timeouts`` → ``humpyard_upstream_slot_timeouts_total{provider}``
       counter: calls that got no slot within ``[router] slot_wait_secs``.
+    - ``transaction_conflicts`` → ``humpyard_dynamodb_transaction_conflicts_total`` counter:
+      DynamoDB transactions cancelled by a conflict (and retried); docs/decisions/0002.
 
     Declaring the set twice over one registry returns the same metric objects.
     """
@@ -151,6 +153,9 @@ class GatewayMetrics:
         self.upstream_slot_timeouts: Counter = m.counter(
             "humpyard_upstream_slot_timeouts_total", "Upstream calls that got no concurrency "
             "slot in time.", ("provider",))
+        self.transaction_conflicts: Counter = m.counter(
+            "humpyard_dynamodb_transaction_conflicts_total", "DynamoDB transactions "
+            "cancelled by a conflict (retried).")
 
     def names(self) -> frozenset[str]:
         """The metric names this set declares."""
@@ -161,6 +166,6 @@ class GatewayMetrics:
             self.routability_resends, self.routability_resend_seconds, self.gateway_overhead,
             self.endpoint_state, self.quota_percent, self.budget_spend_usd,
             self.ledger_queue_depth, self.ledger_lag, self.ledger_batch_size,
-            self.ledger_write_seconds, self.ledger_lost,
+            self.ledger_write_seconds, self.ledger_lost, self.transaction_conflicts,
             self.upstream_in_flight, self.upstream_waiting, self.upstream_slot_timeouts,
             self.refused))

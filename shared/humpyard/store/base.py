@@ -20,6 +20,7 @@ so callers may mutate it freely.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -90,7 +91,9 @@ class LedgerStore(Protocol):
         ``add_spend`` would refuse, raises ``ValueError`` naming it and writes
         nothing, so the caller may retry the other items. A backend failure
         raises ``StoreError``; SQLite writes the batch in one transaction, so
-        then nothing of it was written.
+        then nothing of it was written. A backend that cannot (DynamoDB) raises
+        a ``StoreError`` whose ``unwritten`` is the part of the batch that is
+        missing, for the writer to count and log.
         """
         ...
 
@@ -273,6 +276,48 @@ class LiveStateStore(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class SharedRequest:
+    """What one ``read_shared`` call should bring back besides breakers and overrides.
+
+    ``spend``: key id → period label; ``latency_buckets``: the time buckets
+    to read; ``overrides_version``: the overrides version the caller holds
+    (None: it holds none), so unchanged overrides are not read again.
+    """
+
+    spend: Mapping[str, str] = field(default_factory=dict)
+    latency_buckets: tuple[int, ...] = ()
+    overrides_version: int | None = None
+
+
+@dataclass(frozen=True)
+class SharedRead:
+    """The answer of ``read_shared``.
+
+    ``breakers`` as ``get_breakers``; ``spend`` has every key asked for;
+    ``latency`` is target → bucket → ``(count, total_ms)`` for the buckets
+    asked for; ``overrides`` is every stored override, expired ones included,
+    or None when ``overrides_version`` is still the one the caller holds.
+    """
+
+    breakers: dict[str, dict[str, Any]]
+    spend: dict[str, float]
+    latency: dict[str, dict[int, tuple[int, float]]]
+    overrides_version: int
+    overrides: list[Override] | None
+
+
+class SharedStateReader(Protocol):
+    """A store that returns an instance's whole shared state in one read (DynamoDB)."""
+
+    def read_shared(self, request: SharedRequest) -> SharedRead:
+        """Breakers, spend, latency buckets and (when changed) overrides, in one read.
+
+        Reflects every write completed before the call. Raises ``StoreError``.
+        """
+        ...
+
+
 class Store(LedgerStore, OverrideStore, QuotaStore, LiveStateStore, Protocol):
     """Everything the gateway keeps, behind one object.
 
@@ -287,3 +332,4 @@ class Store(LedgerStore, OverrideStore, QuotaStore, LiveStateStore, Protocol):
     has_ledger: bool
 
     def close(self) -> None: ...
+

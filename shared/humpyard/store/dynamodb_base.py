@@ -15,8 +15,9 @@ Throttling (``ProvisionedThroughputExceededException``, ``ThrottlingException``,
 failures are retried ``max_attempts - 1`` times with a jittered, doubling
 backoff slept through the injected clock; then ``StoreError``. A retried
 5xx or read timeout on an ``ADD`` may count twice (the first attempt may
-have landed); the decision transaction carries a ``ClientRequestToken`` so
-its retries never do.
+have landed); a decision is a conditional put, so its retries never do.
+Every transaction conflict (``TransactionConflict``) is reported to
+``on_conflict`` before it is retried, for the metric.
 
 Numbers go out as fixed-point strings and come back through ``Decimal`` into
 ``int`` or ``float`` chosen by the field, never by the digits: DynamoDB
@@ -208,13 +209,17 @@ class Sequencer:
 class DynamoDBBase:
     """Owns the client and the retry policy; subclasses talk to DynamoDB only via ``_call``.
 
-    ``sleep`` (seconds → None) defaults to ``blocking_sleep(clock)``.
+    ``sleep`` (seconds → None) defaults to ``blocking_sleep(clock)``;
+    ``stats_flush_secs`` is how long stats may wait in the instance (see
+    ``dynamodb_stats``); ``on_conflict`` is called once per transaction
+    conflict met.
     """
 
     def __init__(self, state_table: str, ledger_table: str, *, clock: Clock,
                  client: Any, retention_days: float = 30,
                  max_attempts: int = 4, sleep: Callable[[float], None] | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, stats_flush_secs: float = 60.0,
+                 on_conflict: Callable[[], None] | None = None) -> None:
         if not state_table or not ledger_table:
             raise ValueError("DynamoDBStore needs a state table and a ledger table name")
         if retention_days <= 0:
@@ -229,6 +234,8 @@ class DynamoDBBase:
         self._rng = rng or random.Random()
         self._seq = Sequencer(clock)
         self._closed = False
+        self.stats_flush_secs = max(0.0, float(stats_flush_secs))
+        self.on_conflict = on_conflict
 
     def close(self) -> None:
         """Refuse further calls; idempotent. The client is not closed (it may be shared)."""
@@ -256,7 +263,11 @@ class DynamoDBBase:
                     if "ConditionalCheckFailed" in reasons:
                         raise Cancelled(reasons) from None
                     retry = bool(_RETRY_REASONS.intersection(reasons))
+                    if "TransactionConflict" in reasons:
+                        self._conflict()
                 else:
+                    if code == "TransactionConflictException":
+                        self._conflict()
                     status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
                     retry = code in THROTTLING_CODES or int(status or 0) >= 500
                 if not retry or attempt == self._max_attempts:
@@ -270,6 +281,13 @@ class DynamoDBBase:
                 raise StoreError(f"dynamodb {op} failed: {exc}") from exc
             self._sleep(self._backoff(attempt))
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _conflict(self) -> None:
+        if self.on_conflict is not None:
+            try:
+                self.on_conflict()
+            except Exception:  # noqa: BLE001 - a metric must never fail a write
+                pass
 
     def _backoff(self, attempt: int) -> float:
         """The pause after failed attempt ``attempt``: drawn from the top half of its rung."""

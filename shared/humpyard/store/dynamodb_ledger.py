@@ -1,140 +1,202 @@
-"""The ``LedgerStore`` half of ``DynamoDBStore``: decisions, spend, stats and purge.
+"""The ``LedgerStore`` half of ``DynamoDBStore``: decisions, spend, listing and purge.
 
-A decision is one ``TransactWriteItems``: the decision item (conditional on
-its request id being new) and one ``ADD`` per stats group in its hour, so a
-decision and its stats land together or not at all. Stats items are split
-over ``STATS_SHARDS`` per group and hour (picked by request id) so that
-concurrent transactions rarely touch the same item; ``stats`` sums them.
-Listing walks the day partitions of one GSI newest first (see
-``dynamodb_schema``); nothing here ever scans.
+A decision is one conditional ``PutItem`` (``attribute_not_exists(pk)``, so
+a request id is recorded once) of an item kept small: the body as JSON, or
+zlib-compressed when that is shorter than ``COMPRESS_OVER`` bytes of JSON
+allow, plus the few fields listing filters on. The item carries the keys of
+two sparse GSIs and no others (``dynamodb_schema``):
+
+- ``by_day``: ``g_all`` = ``<YYYY-MM-DD>#<ok|x>#<shard>`` — every decision,
+  split by outcome class (``ok`` or anything else) and write-sharded;
+- ``by_route``: ``g_route`` = ``<route>#<YYYY-MM-DD>#<shard>`` — decisions
+  with a route.
+
+The shard is ``crc32(request id) % INDEX_SHARDS``, so no index partition
+takes more than a quarter of a day's decisions (of one class, or of one
+route). Listing walks the day partitions newest first and, per day, queries
+every shard of the chosen index and merges them: ``?route=`` on
+``by_route``; anything else on ``by_day`` (``?outcome=`` only the class it
+belongs to), with ``rule``, ``key_id`` and ``outcome`` as filters.
+
+Stats are not written with the decision (``dynamodb_stats``); spend is one
+``ADD`` per key and period. Nothing here ever scans.
 """
 
 from __future__ import annotations
 
 import json
-import math
+import logging
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
-from uuid import uuid4
 
-from humpyard.errors import ConflictError
-from humpyard.store import aggregates as agg
+from humpyard.errors import ConflictError, StoreError
 from humpyard.store import decisions as dec
+from humpyard.store.base import LedgerBatch
 from humpyard.store.dynamodb_base import (
     CLOCK_SKEW_SECS,
-    Cancelled,
-    DynamoDBBase,
+    ConditionFailed,
     Item,
     N,
     S,
     as_float,
-    as_int,
     as_str,
     day_label,
     day_of,
-    int_key,
     key_of,
     ts_key,
 )
-from humpyard.store.dynamodb_schema import DECISION_INDEXES, SORT_ATTRIBUTE, TTL_ATTRIBUTE
+from humpyard.store.dynamodb_schema import (
+    ROUTE_INDEX,
+    SORT_ATTRIBUTE,
+    TIME_INDEX,
+    TTL_ATTRIBUTE,
+)
+from humpyard.store.dynamodb_stats import DynamoDBStats
 from humpyard.store.rows import check_usd
 
-STATS_SHARDS = 4
-MAX_TRANSACTION = 100
+logger = logging.getLogger("humpyard.store")
+
+INDEX_SHARDS = 4
+COMPRESS_OVER = 512
+"""A body of more bytes of JSON than this is stored compressed (``bodyz``, binary)."""
+
+OK_CLASS, OTHER_CLASS = "ok", "x"
 SPEND_TTL_SECS = 400 * 86_400
-MAX_HOUR = 10**12 - 1
-_FILTER_ORDER = ("key_id", "route", "rule", "outcome")  # likeliest to be selective first
-_COUNTERS = ("requests", "failures", "cost_usd", "input_tokens", "output_tokens")
+_FILTERS = ("rule", "outcome", "key_id")
 
 
 def decision_key(request_id: str) -> Item:
     return {"pk": S(f"decision#{request_id}"), "sk": S("decision")}
 
 
-def stats_pk(dim: str) -> dict[str, str]:
-    return S(f"stats#{dim}")
-
-
 def spend_key(key_id: str, period: str) -> Item:
     return {"pk": S(f"spend#{key_id}"), "sk": S(period)}
 
 
-def _index_value(value: str | None, day: int) -> str:
-    return f"decisions#{day_label(day)}" if value is None else f"{value}#{day_label(day)}"
+def shard_of(request_id: str) -> int:
+    """The index shard of a decision: stable, and even over request ids."""
+    return zlib.crc32(request_id.encode()) % INDEX_SHARDS
+
+
+def outcome_class(outcome: str | None) -> str:
+    return OK_CLASS if outcome == "ok" else OTHER_CLASS
+
+
+def time_partition(day: int, klass: str, shard: int) -> str:
+    return f"{day_label(day)}#{klass}#{shard}"
+
+
+def route_partition(route: str, day: int, shard: int) -> str:
+    return f"{route}#{day_label(day)}#{shard}"
+
+
+def body_of(item: Item) -> dict[str, Any]:
+    """The decision an item holds, as appended."""
+    packed = item.get("bodyz")
+    if packed is not None:
+        raw = packed["B"]
+        return json.loads(zlib.decompress(raw if isinstance(raw, bytes) else bytes(raw)))
+    found: dict[str, Any] = json.loads(as_str(item, "body") or "{}")
+    return found
+
+
+class LedgerWriteError(StoreError):
+    """``write_batch`` could not write everything; ``unwritten`` is what is missing."""
+
+    def __init__(self, message: str, unwritten: LedgerBatch) -> None:
+        super().__init__(message)
+        self.unwritten = unwritten
 
 
 @dataclass(frozen=True, slots=True)
 class _Listed:
+    sort: str  # the g_sk: "<ts key>#<request id>", ordered like (ts, request_id)
     ts: float
     request_id: str
 
 
-class DynamoDBLedger(DynamoDBBase):
-    """Decisions with their stats, spend per key and period, retention."""
+@dataclass
+class _Listing:
+    """Which index a listing walks, its partitions per day, and the filters left over."""
+
+    index: str
+    attr: str
+    partitions: Any  # day -> list of partition values
+    filters: dict[str, str] = field(default_factory=dict)
+
+
+class DynamoDBLedger(DynamoDBStats):
+    """Decisions, spend per key and period, retention."""
 
     # -- decisions ----------------------------------------------------------------
 
     def append_decision(self, decision: dict[str, Any]) -> None:
         row = dec.decision_row(decision)
-        put = {"Put": {"TableName": self.ledger_table, "Item": self._decision_item(row),
-                       "ConditionExpression": "attribute_not_exists(pk)"}}
-        updates = self._stats_updates(row)
-        first = [put, *updates[:MAX_TRANSACTION - 1]]
+        if not self._put_decision(row):
+            raise ConflictError(f"decision {row.request_id} is already recorded")
+        self._count_stats([row])
+        self._flush_stats_when_due()
+
+    def write_batch(self, batch: LedgerBatch) -> None:
+        # Everything is checked before anything is written (ValueError names the item).
+        rows = [dec.decision_row(d) for d in batch.decisions]
+        spend = {key: check_usd(usd) for key, usd in batch.spend.items()}
+        recorded: list[dec.DecisionRow] = []
+        unwritten = LedgerBatch()
+        failure: StoreError | None = None
+        for row, decision in zip(rows, batch.decisions, strict=True):
+            try:
+                if self._put_decision(row):
+                    recorded.append(row)
+            except StoreError as exc:
+                failure = failure or exc
+                unwritten.decisions.append(decision)
+        self._count_stats(recorded)
+        for (key_id, period), usd in spend.items():
+            try:
+                self.add_spend(key_id, period, usd)
+            except StoreError as exc:
+                failure = failure or exc
+                unwritten.spend[(key_id, period)] = usd
+        self._flush_stats_when_due()
+        if failure is not None:
+            raise LedgerWriteError(f"{len(unwritten)} of {len(batch)} ledger writes failed: "
+                                   f"{failure}", unwritten) from failure
+
+    def _put_decision(self, row: dec.DecisionRow) -> bool:
+        """Write the decision item; False when its request id is already recorded."""
         try:
-            self._call("transact_write_items", TransactItems=first,
-                       ClientRequestToken=uuid4().hex)
-        except Cancelled as exc:
-            raise ConflictError(f"decision {row.request_id} is already recorded") from exc
-        for extra in updates[MAX_TRANSACTION - 1:]:  # a failover over ~50 targets
-            self._call("update_item", **extra["Update"])
+            self._call("put_item", TableName=self.ledger_table, Item=self._decision_item(row),
+                       ConditionExpression="attribute_not_exists(pk)")
+        except ConditionFailed:
+            return False
+        return True
 
     def _decision_item(self, row: dec.DecisionRow) -> Item:
         day = day_of(row.ts)
+        shard = shard_of(row.request_id)
         item: Item = {
-            **decision_key(row.request_id), "ts": N(row.ts), "body": S(row.body),
+            **decision_key(row.request_id), "ts": N(row.ts),
             TTL_ATTRIBUTE: self._expiry(row.ts),
             SORT_ATTRIBUTE: S(f"{ts_key(row.ts)}#{row.request_id}"),
-            DECISION_INDEXES[None][1]: S(_index_value(None, day)),
+            TIME_INDEX[1]: S(time_partition(day, outcome_class(row.outcome), shard)),
         }
-        for field in _FILTER_ORDER:
-            value = getattr(row, field)
+        if row.route is not None:
+            item["route"] = S(row.route)
+            item[ROUTE_INDEX[1]] = S(route_partition(row.route, day, shard))
+        for name in _FILTERS:
+            value = getattr(row, name)
             if value is not None:
-                item[field] = S(value)
-                item[DECISION_INDEXES[field][1]] = S(_index_value(value, day))
-        for field in ("input_tokens", "output_tokens", "prompt_tokens"):
-            if getattr(row, field) is not None:
-                item[field] = N(getattr(row, field))
+                item[name] = S(value)
+        raw = row.body.encode()
+        if len(raw) > COMPRESS_OVER:
+            packed = zlib.compress(raw, 6)
+            if len(packed) < len(raw):
+                item["bodyz"] = {"B": packed}
+                return item
+        item["body"] = S(row.body)
         return item
-
-    def _stats_updates(self, row: dec.DecisionRow) -> list[dict[str, Any]]:
-        hour = agg.hour_of(row.ts)
-        shard = zlib.crc32(row.request_id.encode()) % STATS_SHARDS
-        expires = self._expiry(hour + agg.HOUR)
-        out = []
-        for (dim, gkey), share in sorted(agg.contributions(row).items()):
-            names = {"#ttl": TTL_ATTRIBUTE, "#hour": "hour"}
-            values: dict[str, Any] = {":ttl": expires, ":hour": N(hour)}
-            adds = []
-            for i, counter in enumerate(_COUNTERS):
-                names[f"#c{i}"] = counter
-                values[f":c{i}"] = N(getattr(share, counter))
-                adds.append(f"#c{i} :c{i}")
-            for b, n in sorted(share.hist.items()):
-                names[f"#h{b}"] = f"h{b}"
-                values[f":h{b}"] = N(n)
-                adds.append(f"#h{b} :h{b}")
-            sets = "#ttl = :ttl, #hour = :hour"
-            if gkey:
-                names["#g"] = "gkey"
-                values[":g"] = S(gkey)
-                sets += ", #g = :g"
-            out.append({"Update": {
-                "TableName": self.state_table,
-                "Key": {"pk": stats_pk(dim), "sk": S(f"{int_key(hour)}#{shard}#{gkey}")},
-                "UpdateExpression": f"ADD {', '.join(adds)} SET {sets}",
-                "ExpressionAttributeNames": names, "ExpressionAttributeValues": values}})
-        return out
 
     def list_decisions(
         self, *, route: str | None = None, rule: str | None = None,
@@ -143,9 +205,7 @@ class DynamoDBLedger(DynamoDBBase):
     ) -> tuple[list[dict[str, Any]], str | None]:
         limit = dec.page_limit(limit)
         after = dec.decode_cursor(cursor) if cursor else None
-        wanted = {"key_id": key_id, "route": route, "rule": rule, "outcome": outcome}
-        lead = next((f for f in _FILTER_ORDER if wanted[f] is not None), None)
-        others = {f: v for f, v in wanted.items() if v is not None and f != lead}
+        listing = _listing(route, rule, outcome, key_id)
         now = self._clock.now()
         newest = day_of(after[0]) if after else day_of(now + CLOCK_SKEW_SECS)
         oldest = day_of(since) if since is not None else day_of(now - self.retention_secs) - 1
@@ -155,8 +215,12 @@ class DynamoDBLedger(DynamoDBBase):
         if upper is not None and lower is not None and lower > upper:
             oldest = newest + 1  # the cursor is older than ``since``: nothing left
         for day in range(newest, oldest - 1, -1):
-            pk = _index_value(None if lead is None else wanted[lead], day)
-            found += self._index_page(lead, pk, upper, lower, others, limit + 1 - len(found))
+            want = limit + 1 - len(found)
+            merged: list[_Listed] = []
+            for pk in listing.partitions(day):
+                merged += self._index_page(listing, pk, upper, lower, want)
+            merged.sort(key=lambda e: e.sort, reverse=True)
+            found += merged[:want]
             if len(found) > limit:
                 break
         page = found[:limit]
@@ -165,11 +229,10 @@ class DynamoDBLedger(DynamoDBBase):
         more = len(found) > limit
         return decisions, dec.encode_cursor(page[-1].ts, page[-1].request_id) if more else None
 
-    def _index_page(self, lead: str | None, pk: str, upper: str | None, lower: str | None,
-                    others: dict[str, str], want: int) -> list[_Listed]:
-        """Up to ``want`` entries of one day partition, newest first, ``lower <= g_sk < upper``."""
-        index, attr = DECISION_INDEXES[lead]
-        names = {"#p": attr}
+    def _index_page(self, listing: _Listing, pk: str, upper: str | None, lower: str | None,
+                    want: int) -> list[_Listed]:
+        """Up to ``want`` entries of one partition, newest first, ``lower <= g_sk < upper``."""
+        names = {"#p": listing.attr}
         values: dict[str, Any] = {":p": S(pk)}
         cond = "#p = :p"
         if upper is not None or lower is not None:
@@ -183,13 +246,13 @@ class DynamoDBLedger(DynamoDBBase):
         elif lower is not None:
             cond += " AND #s >= :lo"
             values[":lo"] = S(lower)
-        kwargs: dict[str, Any] = {"TableName": self.ledger_table, "IndexName": index,
+        kwargs: dict[str, Any] = {"TableName": self.ledger_table, "IndexName": listing.index,
                                   "KeyConditionExpression": cond, "ScanIndexForward": False,
                                   "Limit": want}
-        if others:
+        if listing.filters:
             clauses = []
-            for i, (field, value) in enumerate(sorted(others.items())):
-                names[f"#f{i}"] = field
+            for i, (name, value) in enumerate(sorted(listing.filters.items())):
+                names[f"#f{i}"] = name
                 values[f":f{i}"] = S(value)
                 clauses.append(f"#f{i} = :f{i}")
             kwargs["FilterExpression"] = " AND ".join(clauses)
@@ -200,20 +263,19 @@ class DynamoDBLedger(DynamoDBBase):
             sort = as_str(item, SORT_ATTRIBUTE) or ""
             if sort == upper:
                 continue
-            out.append(_Listed(as_float(item, "ts"), sort.split("#", 1)[1]))
+            out.append(_Listed(sort, as_float(item, "ts"), sort.split("#", 1)[1]))
             if len(out) >= want:
                 break
         return out
 
     def _bodies(self, request_ids: list[str]) -> dict[str, dict[str, Any]]:
         items = self._batch_get(self.ledger_table, [decision_key(r) for r in request_ids])
-        return {(as_str(i, "pk") or "").split("#", 1)[1]: json.loads(as_str(i, "body") or "{}")
-                for i in items}
+        return {(as_str(i, "pk") or "").split("#", 1)[1]: body_of(i) for i in items}
 
     def get_decision(self, request_id: str) -> dict[str, Any] | None:
         found = self._call("get_item", TableName=self.ledger_table,
                            Key=decision_key(request_id), ConsistentRead=True).get("Item")
-        return None if found is None else json.loads(as_str(found, "body") or "{}")
+        return None if found is None else body_of(found)
 
     # -- spend ----------------------------------------------------------------------
 
@@ -237,35 +299,12 @@ class DynamoDBLedger(DynamoDBBase):
                  for i in self._batch_get(self.state_table, keys)}
         return {k: found.get((f"spend#{k}", p), 0.0) for k, p in period_by_key.items()}
 
-    # -- stats ------------------------------------------------------------------------
-
-    def stats(self, group_by: str, since: float, until: float) -> list[dict[str, Any]]:
-        dim = agg.check_group_by(group_by)
-        low = max(0, agg.hour_of(since))
-        high = min(math.ceil(until), MAX_HOUR)  # hours h < until, as whole seconds
-        groups: dict[str, agg.Aggregate] = {}
-        if high <= low:
-            return []
-        for item in self._query(
-                TableName=self.state_table, ConsistentRead=True,
-                KeyConditionExpression="pk = :p AND sk BETWEEN :lo AND :hi",
-                ExpressionAttributeValues={":p": stats_pk(dim), ":lo": S(int_key(low)),
-                                           ":hi": S(int_key(high))}):
-            group = groups.setdefault(as_str(item, "gkey") or "", agg.Aggregate())
-            group.merge(_aggregate(item))
-        return agg.stats_rows(groups)
-
     # -- retention --------------------------------------------------------------------
 
     def _purge_ledger(self, before: float) -> int:
         """Decisions and stats buckets older than ``before``; the number of decisions."""
         decisions = self._purge_decisions(before)
-        cut = int_key(max(0, math.floor(before - agg.HOUR) + 1))  # hour + HOUR <= before
-        for dim in agg.STATS_GROUPS:
-            self._delete_keys(self.state_table, [key_of(i) for i in self._query(
-                TableName=self.state_table, ProjectionExpression="pk, sk",
-                KeyConditionExpression="pk = :p AND sk < :c",
-                ExpressionAttributeValues={":p": stats_pk(dim), ":c": S(cut)})])
+        self._purge_stats(before)
         return decisions
 
     def _purge_decisions(self, before: float) -> int:
@@ -274,23 +313,32 @@ class DynamoDBLedger(DynamoDBBase):
         now = self._clock.now()
         newest = day_of(min(before, now + CLOCK_SKEW_SECS))
         horizon = min(before, now) - self.retention_secs - 3 * 86_400
+        index, attr = TIME_INDEX
         keys: list[Item] = []
         for day in range(newest, day_of(horizon) - 1, -1):
-            index, attr = DECISION_INDEXES[None]
-            keys += [key_of(i) for i in self._query(
-                TableName=self.ledger_table, IndexName=index,
-                KeyConditionExpression="#p = :p AND #s < :c",
-                ExpressionAttributeNames={"#p": attr, "#s": SORT_ATTRIBUTE},
-                ExpressionAttributeValues={":p": S(_index_value(None, day)),
-                                           ":c": S(ts_key(before))})]
+            for pk in _time_partitions(day, (OK_CLASS, OTHER_CLASS)):
+                keys += [key_of(i) for i in self._query(
+                    TableName=self.ledger_table, IndexName=index,
+                    KeyConditionExpression="#p = :p AND #s < :c",
+                    ExpressionAttributeNames={"#p": attr, "#s": SORT_ATTRIBUTE},
+                    ExpressionAttributeValues={":p": S(pk), ":c": S(ts_key(before))})]
         self._delete_keys(self.ledger_table, keys)
         return len(keys)
 
 
-def _aggregate(item: Item) -> agg.Aggregate:
-    hist = {int(name[1:]): as_int(item, name) for name in item
-            if name.startswith("h") and name[1:].isdigit()}
-    return agg.Aggregate(requests=as_int(item, "requests"), failures=as_int(item, "failures"),
-                         cost_usd=as_float(item, "cost_usd"),
-                         input_tokens=as_int(item, "input_tokens"),
-                         output_tokens=as_int(item, "output_tokens"), hist=hist)
+def _time_partitions(day: int, classes: tuple[str, ...]) -> list[str]:
+    return [time_partition(day, k, s) for k in classes for s in range(INDEX_SHARDS)]
+
+
+def _listing(route: str | None, rule: str | None, outcome: str | None,
+             key_id: str | None) -> _Listing:
+    """The index and partitions a listing with these filters reads, and its filters."""
+    filters = {name: value for name, value in
+               (("rule", rule), ("outcome", outcome), ("key_id", key_id)) if value is not None}
+    if route is not None:
+        return _Listing(*ROUTE_INDEX, lambda day: [route_partition(route, day, s)
+                                                   for s in range(INDEX_SHARDS)], filters)
+    classes = (OK_CLASS, OTHER_CLASS) if outcome is None else (outcome_class(outcome),)
+    if outcome == OK_CLASS:
+        del filters["outcome"]  # the ok partitions hold nothing else
+    return _Listing(*TIME_INDEX, lambda day: _time_partitions(day, classes), filters)

@@ -2,44 +2,37 @@
 
 ``template.yaml`` must declare exactly what ``STATE_TABLE`` and
 ``LEDGER_TABLE`` say (``docs/decisions/0002-dynamodb-layout.md`` has the
-whole layout). Both tables are on-demand, keyed by ``pk`` (S, HASH) and
-``sk`` (S, RANGE), with TTL on the number attribute ``ttl``.
+whole layout, why it is so, and what each request writes). Both tables are
+on-demand, keyed by ``pk`` (S, HASH) and ``sk`` (S, RANGE), with TTL on the
+number attribute ``ttl``.
 
 State table (``HUMPYARD_STATE_TABLE``; point-in-time recovery on):
 
-=====================  ================================  ====================================
-pk                     sk                                holds
-=====================  ================================  ====================================
-``breaker``            endpoint key ``provider/model``   ``body`` (JSON), ``version``
-``latency``            bucket (12 digits)                ``n:<target>``, ``ms:<target>``
-``override``           override id                       ``body``, ``created_at``,
-                                                         ``expires_at``, ``seq``,
-                                                         ``expiry_audited``
-``counter``            ``override``                      ``next_id``, ``seq``
-``quota``              provider                          ``body``
-``stats#<group_by>``   ``<hour>#<shard>#<group key>``    counters and histogram ``h<i>``
-``spend#<key id>``     period label                      ``usd``
-=====================  ================================  ====================================
+======================  =========================  ==========================================
+pk                      sk                         holds
+======================  =========================  ==========================================
+``live``                ``live``                   every breaker (``b:<endpoint>`` JSON and
+                                                   ``v:<endpoint>`` version) and ``ov``, the
+                                                   overrides' version
+``latency#<shard>``     bucket (12 digits)         ``n:<target>``, ``ms:<target>``
+``override``            override id                ``body``, ``created_at``, ``expires_at``,
+                                                   ``seq``, ``expiry_audited``
+``counter``             ``override``               ``next_id``, ``seq``
+``quota``               provider                   ``body``
+``stats#<dim>#<shard>`` ``<hour>#<group key>``     counters and histogram ``h<i>``
+``spend#<key id>``      period label               ``usd``
+======================  =========================  ==========================================
 
 Ledger table (``HUMPYARD_LEDGER_TABLE``): decisions (``decision#<request id>``
 / ``decision``), quota history (``quotahist`` / time key), the newest
 sample per window (``quotalast`` / ``["provider","window"]``) and the
-override audit (``audit`` / time key). Five sparse GSIs list decisions
-newest first, each partitioned by one filter value and the UTC day:
-
-============== ============== =================================================
-index          partition      value
-============== ============== =================================================
-``by_day``     ``g_all``      ``decisions#<YYYY-MM-DD>``
-``by_rule``    ``g_rule``     ``<rule>#<YYYY-MM-DD>``
-``by_outcome`` ``g_outcome``  ``<outcome>#<YYYY-MM-DD>``
-``by_route``   ``g_route``    ``<route>#<YYYY-MM-DD>``
-``by_key``     ``g_key``      ``<key id>#<YYYY-MM-DD>`` (absent on an open gateway)
-============== ============== =================================================
-
-All five sort on ``g_sk`` = ``<ts as 16 sortable hex digits>#<request id>``
-and project (INCLUDE) ``ts``, ``route``, ``rule``, ``outcome``, ``key_id``
-so combined filters are evaluated in the index; bodies come from the table.
+override audit (``audit`` / time key). A decision carries the keys of two
+sparse GSIs (``TIME_INDEX`` and ``ROUTE_INDEX``), both sorted on ``g_sk`` =
+``<ts as 16 sortable hex digits>#<request id>`` and projecting (INCLUDE)
+``ts``, ``route``, ``rule``, ``outcome``, ``key_id`` so filters are
+evaluated in the index; bodies come from the table. ``by_rule``,
+``by_outcome`` and ``by_key`` are declared but no longer written (a sparse
+GSI without entries costs nothing); they go when the template drops them.
 """
 
 from __future__ import annotations
@@ -52,14 +45,17 @@ TTL_ATTRIBUTE = "ttl"
 SORT_ATTRIBUTE = "g_sk"
 INDEX_PROJECTION = ("ts", "route", "rule", "outcome", "key_id")
 
-DECISION_INDEXES: dict[str | None, tuple[str, str]] = {
-    None: ("by_day", "g_all"),
-    "rule": ("by_rule", "g_rule"),
-    "outcome": ("by_outcome", "g_outcome"),
-    "route": ("by_route", "g_route"),
-    "key_id": ("by_key", "g_key"),
-}
-"""Filter field (None: unfiltered) → (GSI name, its partition attribute)."""
+TIME_INDEX = ("by_day", "g_all")
+"""(GSI, partition attribute) of every decision: ``<YYYY-MM-DD>#<ok|x>#<shard>``."""
+ROUTE_INDEX = ("by_route", "g_route")
+"""(GSI, partition attribute) of decisions with a route: ``<route>#<YYYY-MM-DD>#<shard>``."""
+RETIRED_INDEXES = (("by_rule", "g_rule"), ("by_outcome", "g_outcome"), ("by_key", "g_key"))
+"""Declared for the template's sake, never written since the sharded layout."""
+
+DECISION_INDEXES: tuple[tuple[str, str], ...] = (TIME_INDEX, RETIRED_INDEXES[0],
+                                                 RETIRED_INDEXES[1], ROUTE_INDEX,
+                                                 RETIRED_INDEXES[2])
+"""Every GSI of the ledger table as (name, partition attribute), in declaration order."""
 
 _KEYS = [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]
 _KEY_TYPES = [{"AttributeName": "pk", "AttributeType": "S"},
@@ -76,14 +72,14 @@ LEDGER_TABLE: dict[str, Any] = {
     "KeySchema": _KEYS,
     "AttributeDefinitions": [*_KEY_TYPES, {"AttributeName": SORT_ATTRIBUTE, "AttributeType": "S"},
                              *({"AttributeName": attr, "AttributeType": "S"}
-                               for _, attr in DECISION_INDEXES.values())],
+                               for _, attr in DECISION_INDEXES)],
     "GlobalSecondaryIndexes": [
         {"IndexName": name,
          "KeySchema": [{"AttributeName": attr, "KeyType": "HASH"},
                        {"AttributeName": SORT_ATTRIBUTE, "KeyType": "RANGE"}],
          "Projection": {"ProjectionType": "INCLUDE",
                         "NonKeyAttributes": list(INDEX_PROJECTION)}}
-        for name, attr in DECISION_INDEXES.values()],
+        for name, attr in DECISION_INDEXES],
     "BillingMode": "PAY_PER_REQUEST",
 }
 """``CreateTable`` arguments of the ledger table (add ``TableName``)."""

@@ -3,8 +3,11 @@
 Overrides live in the state table's ``override`` partition (one Query lists
 them all; expired ones are filtered by ``expires_at > now`` because TTL
 deletion runs late), ids come from an atomic counter item, and every change
-that has an audit entry commits with it in one transaction. The audit trail
-and quota history live in the ledger table, keyed by time.
+that has an audit entry commits with it in one transaction. A creation or a
+removal also adds one to ``ov`` on the live item in the same transaction, so
+an instance that reads the live item anyway (``read_shared``) lists the
+overrides again only when they changed. The audit trail and quota history
+live in the ledger table, keyed by time.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from humpyard.store.dynamodb_base import (
     key_of,
     ts_key,
 )
+from humpyard.store.dynamodb_live import LIVE_KEY, OVERRIDES_VERSION
 from humpyard.store.dynamodb_schema import TTL_ATTRIBUTE
 from humpyard.store.rows import audit_entry, override_as_stored, quota_sample, to_json
 
@@ -72,14 +76,16 @@ class DynamoDBOverrides(DynamoDBBase):
             body = stored.to_dict()
             del body["stale"]
             try:
-                self._call("put_item", TableName=self.state_table, Item={
-                    **_override_key(new_id), "body": S(to_json(body)),
-                    "created_at": N(stored.created_at), "expires_at": N(stored.expires_at),
-                    "seq": N(counters["seq"]), "expiry_audited": {"BOOL": False},
-                    TTL_ATTRIBUTE: self._expiry(stored.expires_at)},
-                    ConditionExpression="attribute_not_exists(pk)")
+                self._call("transact_write_items", TransactItems=[
+                    {"Put": {"TableName": self.state_table, "Item": {
+                        **_override_key(new_id), "body": S(to_json(body)),
+                        "created_at": N(stored.created_at), "expires_at": N(stored.expires_at),
+                        "seq": N(counters["seq"]), "expiry_audited": {"BOOL": False},
+                        TTL_ATTRIBUTE: self._expiry(stored.expires_at)},
+                        "ConditionExpression": "attribute_not_exists(pk)"}},
+                    self._bump_overrides_version()])
                 return stored
-            except ConditionFailed:
+            except Cancelled:
                 if ov.id:
                     raise ConflictError(f"override {ov.id} already exists") from None
                 new_id = str(self._counter("next_id")["next_id"])  # taken by an explicit id
@@ -111,10 +117,18 @@ class DynamoDBOverrides(DynamoDBBase):
                 {"Delete": {"TableName": self.state_table, "Key": _override_key(id),
                             "ConditionExpression": "attribute_exists(pk)"}},
                 {"Put": {"TableName": self.ledger_table,
-                         "Item": self._audit_item(audit_entry("remove", ov, by, now))}}])
+                         "Item": self._audit_item(audit_entry("remove", ov, by, now))}},
+                self._bump_overrides_version()])
         except Cancelled:
             return None  # removed by someone else meanwhile; theirs is the audit entry
         return ov
+
+    def _bump_overrides_version(self) -> dict[str, Any]:
+        """The transaction item that tells readers of the live item the overrides changed."""
+        return {"Update": {"TableName": self.state_table, "Key": LIVE_KEY,
+                           "UpdateExpression": "ADD #ov :one",
+                           "ExpressionAttributeNames": {"#ov": OVERRIDES_VERSION},
+                           "ExpressionAttributeValues": {":one": N(1)}}}
 
     def _audit_item(self, entry: dict[str, Any]) -> Item:
         return {"pk": S("audit"), "sk": S(self._seq.key(entry["ts"])), "ts": N(entry["ts"]),

@@ -130,7 +130,8 @@ def perform(store: Any, batch: LedgerBatch, lost: _Lost) -> None:
     ``ValueError`` means the store refused an item and wrote nothing (see
     ``LedgerStore.write_batch``): the items are then written one at a time so
     that only the bad one is lost. Any other failure loses the whole batch
-    (``StoreError`` after the store's own retries and lock waits).
+    (``StoreError`` after the store's own retries and lock waits), or only its
+    ``unwritten`` part when the error says what that is (DynamoDB).
     """
     try:
         write_batch(store, batch)
@@ -139,8 +140,9 @@ def perform(store: Any, batch: LedgerBatch, lost: _Lost) -> None:
         if len(batch) == 1:
             _lose(batch, lost, *_failure())
             return
-    except Exception:
-        _lose(batch, lost, *_failure())
+    except Exception as exc:
+        unwritten = getattr(exc, "unwritten", None)
+        _lose(unwritten if isinstance(unwritten, LedgerBatch) else batch, lost, *_failure())
         return
     for d in batch.decisions:
         perform(store, LedgerBatch(decisions=[d]), lost)

@@ -86,7 +86,7 @@ def test_shared_figures_are_read_at_most_every_refresh_secs(client: Any,
         assert b.figures(clock.now())["t"].samples == 1
     clock.advance(0.2)
     assert b.figures(clock.now())["t"].samples == 2
-    assert b_calls.calls == {"Query": 2}
+    assert b_calls.calls == {"BatchGetItem": 2, "Query": 1}  # the overrides once
 
 
 def test_own_samples_count_at_once_and_never_twice(client: Any, clock: FakeClock) -> None:

@@ -120,6 +120,9 @@ def test_gateway_metrics_names_labels_and_kinds() -> None:
         "upstream_waiting": ("humpyard_upstream_waiting", Gauge, ("provider",)),
         "upstream_slot_timeouts": ("humpyard_upstream_slot_timeouts_total", Counter,
                                    ("provider",)),
+        "transaction_conflicts": ("humpyard_dynamodb_transaction_conflicts_total", Counter,
+                                  ()),
+        "refused": ("humpyard_refused_total", Counter, ("reason",)),
     }
     for attr, (name, kind, labels) in expected.items():
         metric = getattr(gm, attr)

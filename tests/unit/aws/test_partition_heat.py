@@ -1,0 +1,140 @@
+"""Partition heat: no DynamoDB partition key takes more than ~500 WCU/s at 1,000 requests/s.
+
+Ten Lambda instances, each the real wiring (``build_gateway`` under
+``FlushMiddleware`` flushing before the last byte), share one moto
+DynamoDB behind ``WriteUnits``, which records every item and index entry
+written with its write units. They serve 2,000 chat requests, one at a
+time each, 1.1 s apart per instance (the cadence of the per-request cost
+test), then shut down (their last stats and latency flush count too).
+Traffic is spread over 100 routes and 10 keys with Zipf(1) popularity (the
+busiest route gets ~19% of requests, the busiest key ~34%), 20 targets on
+5 providers, every key with a budget and every answer priced, so spend is
+written with every request.
+
+Units per partition key ÷ requests × 1,000 is the partition's WCU/s at
+1,000 requests/s. The table of the hottest is printed (it is the table in
+docs/decisions/0002-dynamodb-layout.md) and the test fails above
+``BOUND``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import random
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from humpyard.aws.build import Instance, build_gateway
+from humpyard.aws.env import LambdaEnv
+from humpyard.aws.flush import FlushMiddleware
+from humpyard.clock import FakeClock
+from humpyard.http.app import create_app
+from tests.unit.aws.moto_support import LEDGER, STATE
+from tests.unit.aws.write_units import WriteUnits
+
+BOUND = 500.0  # WCU/s per partition key at 1,000 requests/s
+RATE = 1000
+REQUESTS = 2000
+INSTANCES = 10
+GAP_SECS = 1.1
+ROUTES, TARGETS, PROVIDERS, KEYS = 100, 20, 5, 10
+
+
+def zipf(n: int) -> list[float]:
+    return [1 / (i + 1) for i in range(n)]
+
+
+def config() -> str:
+    lines = ["state_refresh_ms = 1000"]
+    for p in range(PROVIDERS):
+        lines += [f"[providers.p{p}]", f'base_url = "http://p{p}.test/v1"']
+    for t in range(TARGETS):
+        lines += [f"[targets.t{t:02d}]",
+                  f'endpoints = [{{ provider = "p{t % PROVIDERS}", model = "m{t}", '
+                  f"price = {{ input = 1.0, output = 2.0 }} }}]"]
+    for r in range(ROUTES):
+        lines += [f"[routes.r{r:03d}]", 'type = "passthrough"',
+                  f'targets = ["t{r % TARGETS:02d}", "t{(r + 1) % TARGETS:02d}"]']
+    for k in range(KEYS):
+        lines += [f"[keys.k{k}]", f'key_env = "KEY_{k}"',
+                  'budget = { usd = 1000.0, period = "day" }']
+    return "\n".join(lines) + "\n"
+
+
+def answer(request: httpx.Request) -> httpx.Response:
+    model = json.loads(request.content)["model"]
+    return httpx.Response(200, json={
+        "id": "c1", "object": "chat.completion", "created": 0, "model": model,
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": "hi"}}],
+        "usage": {"prompt_tokens": 900, "completion_tokens": 120, "total_tokens": 1020}})
+
+
+def heat_table(heat: dict[tuple[str, str], int], requests: int, top: int = 12) -> str:
+    rows = sorted(heat.items(), key=lambda kv: -kv[1])[:top]
+    lines = ["| partition (table or table/index: key) | WCU/s at 1,000 req/s |", "|---|---|"]
+    for (table, pk), units in rows:
+        where = table.replace(STATE, "state").replace(LEDGER, "ledger")
+        lines.append(f"| `{where}: {pk}` | {units / requests * RATE:.0f} |")
+    return "\n".join(lines)
+
+
+def test_no_partition_key_runs_hot(client: Any, clock: FakeClock, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "humpyard.toml"
+    path.write_text(config())
+    env = LambdaEnv.from_environ({"HUMPYARD_STATE_TABLE": STATE, "HUMPYARD_LEDGER_TABLE": LEDGER,
+                                  "HUMPYARD_CONFIG": str(path)})
+    writes = WriteUnits(client, STATE, LEDGER)
+    secrets = {f"KEY_{k}": f"key-{k}-secret" for k in range(KEYS)}
+    instances = []
+    for _ in range(INSTANCES):
+        gw = build_gateway(env, dynamodb=writes, clock=clock, environ=secrets,
+                           transport=httpx.MockTransport(answer))
+        inst = Instance(env=env, gateway=gw, logger=logging.getLogger("tests.heat"),  # type: ignore[arg-type]
+                        stdout=io.StringIO())
+        instances.append((inst, FlushMiddleware(create_app(gw.config, gateway=gw), inst.flush)))
+    rng = random.Random(17)
+    routes = rng.choices(range(ROUTES), zipf(ROUTES), k=REQUESTS)
+    keys = rng.choices(range(KEYS), zipf(KEYS), k=REQUESTS)
+
+    async def serve() -> None:
+        clients = [httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw")
+                   for _, app in instances]
+        for i in range(REQUESTS):
+            clock.advance(GAP_SECS / INSTANCES)  # so each instance sees GAP_SECS between its own
+            r = await clients[i % INSTANCES].post(
+                "/v1/chat/completions",
+                headers={"authorization": f"Bearer key-{keys[i]}-secret"},
+                json={"model": f"r{routes[i]:03d}",
+                      "messages": [{"role": "user", "content": "x"}]})
+            assert r.status_code == 200, r.text
+        for c in clients:
+            await c.aclose()
+
+    asyncio.run(serve())
+    for inst, _ in instances:
+        inst.close()  # the last flush of stats and latency: billed like the rest
+
+    heat = writes.heat()
+    table = heat_table(heat, REQUESTS)
+    units = writes.total_units() / REQUESTS
+    reads = sum(n for op, n in writes.calls.items() if op in ("GetItem", "BatchGetItem", "Query"))
+    with capsys.disabled():
+        print(f"\nPartition heat: {REQUESTS} requests on {INSTANCES} instances, per request "
+              f"{units:.2f} write units, {writes.items() / REQUESTS:.2f} items written, "
+              f"{reads / REQUESTS:.2f} read calls, "
+              f"{writes.read_units / REQUESTS:.2f} read units; the hottest partition keys:"
+              f"\n{table}")
+    hottest = max(heat.values()) / REQUESTS * RATE
+    assert hottest <= BOUND, table
+    # The shape the bound rests on: every decision is one item and two index entries.
+    decisions = [w for w in writes.writes if w.table == LEDGER and not w.index]
+    assert len(decisions) == REQUESTS
+    assert sum(1 for w in writes.writes if w.table.startswith(LEDGER + "/")) == 2 * REQUESTS
