@@ -7,8 +7,10 @@ Order of work for one request::
         fallback_on (or the tail's ``on`` when entering the tail)
         for each endpoint (warm first; cold ones only when the target is cold):
             readiness: an unready endpoint is skipped, costing nothing
+            admission: one probe per cooldown end (see ``Executor._admit``)
             1 + max_retries attempts; each failure is classified and recorded
     when the last failure never reached the wire, re-dial it on the ladder
+    within the provider's connect_retry_window_secs (see ``Executor._resend``)
 
 A failure of class ``request`` (400, 422, …) stops everything at once.
 """
@@ -21,7 +23,7 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from humpyard.clock import Clock
 from humpyard.config.spec import Config, EndpointSpec, ProviderSpec
@@ -62,6 +64,16 @@ class Failure:
     retry_after: float | None = None
 
 
+class _Place(NamedTuple):
+    """Where the walk stands: target ``ti`` of ``plan``, endpoint ``i`` of ``order``."""
+
+    plan: Plan
+    ti: int
+    order: list[EndpointSpec]
+    i: int
+    last: Failure | None
+
+
 class Executor:
     """Holds the per-process pieces an attempt needs; ``run`` walks one plan."""
 
@@ -88,7 +100,7 @@ class Executor:
         last: Failure | None = None
         last_ep: tuple[PlannedTarget, EndpointSpec] | None = None
         prev: PlannedTarget | None = None
-        for target in plan.targets:
+        for ti, target in enumerate(plan.targets):
             if last is not None and prev is not None:
                 gate = plan.tail_on if (target.tail and not prev.tail) else plan.fallback_on
                 if last.failure_class not in gate:
@@ -101,12 +113,19 @@ class Executor:
                                                      provider.health_path):
                     attempts.append(_attempt(target, ep, skipped="skipped_unavailable"))
                     continue
-                if not self._admit(ep, last_in_target=i == len(order) - 1):
-                    attempts.append(_attempt(target, ep, skipped="probe_in_flight"))
+                admitted = self._admit(ep, target, _Place(plan, ti, order, i, last))
+                if admitted is None:
+                    attempts.append(_attempt(target, ep, skipped=self._skip_reason(ep)))
                     continue
                 for _ in range(1 + provider.max_retries):
-                    result = await self._attempt(target, ep, provider, body, stream, path,
-                                                 attempts, wanted_usage)
+                    try:
+                        result = await self._attempt(target, ep, provider, body, stream, path,
+                                                     attempts, wanted_usage, probe=admitted)
+                    except BaseException:
+                        if admitted:  # cancelled mid-probe: let the next request probe
+                            self.health.release_probe(ep.key, self.clock.now())
+                        raise
+                    admitted = False  # the lease is settled by the first attempt
                     if isinstance(result, Served):
                         return result
                     last, last_ep, cls = result
@@ -145,18 +164,57 @@ class Executor:
             return warm
         return [ep for _, ep in sorted(cold, key=lambda c: c[0])]
 
-    def _admit(self, ep: EndpointSpec, *, last_in_target: bool) -> bool:
-        """Whether to call ``ep`` now. A half-open endpoint takes one probe at a time;
-        another request skips it unless it is the target's last endpoint (health
-        never denies service)."""
+    def _admit(self, ep: EndpointSpec, target: PlannedTarget, place: _Place) -> bool | None:
+        """Whether to call ``ep`` now: None to skip it, True when this call is the probe.
+
+        The rule (docs/health.md "Probes"): when a cooldown ends, exactly one
+        request, the one that wins the probe lease, is sent as the probe. A
+        request that loses the race skips the endpoint whenever its plan still
+        holds another endpoint or target it could use (``_usable_left``); so does
+        one that finds the endpoint cooling although planning saw it warm (a
+        concurrent request tripped it). Only a request with nothing else left
+        calls such an endpoint, because health never denies service; that call
+        is not the probe and holds no lease. A target planning kept although
+        cold (fail open, or ``skip_cold_targets = false``) is called as planned.
+        """
         now = self.clock.now()
-        if self.health.view(ep.key, now).state != "probing":
+        state = self.health.view(ep.key, now).state
+        if state == "healthy":
+            return False
+        if state == "probing":
+            if self.health.try_acquire_probe(ep.key, now):
+                return True
+        elif target.cold or not self.health.settings.skip_cold_targets:
+            return False
+        return None if self._usable_left(place) else False
+
+    def _skip_reason(self, ep: EndpointSpec) -> str:
+        view = self.health.view(ep.key, self.clock.now())
+        return "cold" if view.cold else "probe_in_flight"
+
+    def _usable_left(self, place: _Place) -> bool:
+        """Whether skipping now still leaves an endpoint this request could use: a later
+        endpoint of the target, or one of a later target of the same group (members or
+        guarded tail) that the last failure may fall through to. Cold endpoints and
+        endpoints whose probe another request holds do not count."""
+        plan, ti, order, i, last = place
+        now = self.clock.now()
+
+        def usable(ep: EndpointSpec) -> bool:
+            view = self.health.view(ep.key, now)
+            return not view.cold and not view.probe_in_flight
+
+        if any(usable(ep) for ep in order[i + 1:]):
             return True
-        return self.health.try_acquire_probe(ep.key, now) or last_in_target
+        if last is not None and last.failure_class not in plan.fallback_on:
+            return False
+        group = plan.targets[ti].tail
+        return any(usable(ep) for t in plan.targets[ti + 1:] if t.tail == group
+                   for ep in t.endpoints)
 
     async def _attempt(self, target: PlannedTarget, ep: EndpointSpec, provider: ProviderSpec,
                        body: dict[str, Any], stream: bool, path: str,
-                       attempts: list[Attempt], wanted_usage: bool,
+                       attempts: list[Attempt], wanted_usage: bool, *, probe: bool = False,
                        ) -> Served | tuple[Failure, tuple[PlannedTarget, EndpointSpec],
                                            Classification]:
         att = _attempt(target, ep)
@@ -197,7 +255,7 @@ class Executor:
             att.retry_after_ms = int(failure.retry_after * 1000)
         if cls.counts_for_health:
             self.health.record_failure(ep.key, self.clock.now(), failure.retry_after)
-        else:
+        elif probe:  # an answer that says nothing about the endpoint: the next request probes
             self.health.release_probe(ep.key, self.clock.now())
         return failure, (target, ep), cls
 
