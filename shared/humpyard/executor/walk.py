@@ -41,7 +41,7 @@ from humpyard.upstream.classify import (
     classify_transport,
 )
 from humpyard.upstream.client import TransportFailure, UpstreamClient, UpstreamResponse
-from humpyard.upstream.resend import ladder_delays
+from humpyard.upstream.resend import redials
 
 log = logging.getLogger("humpyard.executor")
 routability_log = logging.getLogger("humpyard.routability")
@@ -62,6 +62,7 @@ class Failure:
     failure_class: str
     never_delivered: bool = False
     retry_after: float | None = None
+    started: float = 0.0  # clock.monotonic() when the failed call began
 
 
 class _Place(NamedTuple):
@@ -215,6 +216,7 @@ class Executor:
     async def _attempt(self, target: PlannedTarget, ep: EndpointSpec, provider: ProviderSpec,
                        body: dict[str, Any], stream: bool, path: str,
                        attempts: list[Attempt], wanted_usage: bool, *, probe: bool = False,
+                       connect_timeout: float | None = None,
                        ) -> Served | tuple[Failure, tuple[PlannedTarget, EndpointSpec],
                                            Classification]:
         att = _attempt(target, ep)
@@ -224,7 +226,8 @@ class Executor:
         resp: UpstreamResponse | None = None
         try:
             async with asyncio.timeout(provider.timeout_secs):
-                resp = await self.client.open(provider, path, payload)
+                resp = await self.client.open(provider, path, payload,
+                                              connect_timeout=connect_timeout)
                 att.status = resp.status
                 if resp.status == 200:
                     served = await self._answer(resp, target, ep, provider, stream, att,
@@ -247,6 +250,7 @@ class Executor:
             if resp is not None:
                 await resp.aclose()
         att.latency_ms = (self.clock.monotonic() - started) * 1000
+        failure.started = started
         att.failure_class = str(cls.failure_class)
         # Upstreams may quote the request's Authorization header in their errors.
         failure.message = redact(failure.message, (provider.api_key,))
@@ -324,18 +328,26 @@ class Executor:
     async def _resend(self, where: tuple[PlannedTarget, EndpointSpec], config: Config,
                       body: dict[str, Any], stream: bool, path: str, attempts: list[Attempt],
                       wanted_usage: bool, last: Failure) -> Served | Failure:
+        """Re-dial a never-delivered endpoint inside ``connect_retry_window_secs``.
+
+        The window runs from the start of the failed dial, dials included
+        (``upstream/resend.py``): the last dial's connect timeout is cut to
+        what is left. When a re-dial happened, one ``humpyard.routability``
+        line reports the dials made and the time since that first dial.
+        """
         target, ep = where
         provider = config.providers[ep.provider]
         if provider.connect_retry_window_secs <= 0:
             return last
-        started = self.clock.monotonic()
+        first = last.started
         tries = 0
         result: Served | Failure = last
-        for delay in ladder_delays(provider.connect_retry_window_secs, self.rng):
-            await self.clock.sleep(delay)
+        for redial in redials(provider.connect_retry_window_secs, first, self.clock.monotonic,
+                              self.rng, provider.connect_timeout_secs):
+            await self.clock.sleep(redial.sleep)
             tries += 1
             out = await self._attempt(target, ep, provider, body, stream, path, attempts,
-                                      wanted_usage)
+                                      wanted_usage, connect_timeout=redial.connect_timeout)
             attempts[-1].resend = True
             if isinstance(out, Served):
                 result = out
@@ -344,7 +356,7 @@ class Executor:
             if not result.never_delivered:
                 break
         if tries:
-            ms = (self.clock.monotonic() - started) * 1000
+            ms = (self.clock.monotonic() - first) * 1000
             last_msg = "ok" if isinstance(result, Served) else result.message
             routability_log.info("humpyard.routability endpoint=%s attempts=%d ms=%d last=%s",
                                  ep.key, tries + 1, ms, last_msg)
