@@ -14,7 +14,7 @@ import logging
 import random
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from humpyard.clock import Clock, SystemClock
@@ -57,7 +57,8 @@ def health_settings(config: Config) -> HealthSettings:
 class _Cached:
     taken_at: float
     overrides: tuple[Override, ...]
-    spend: dict[str, float]
+    spend: dict[str, float]  # key id -> spend in ``periods[key id]``
+    periods: dict[str, str] = field(default_factory=dict)
 
 
 class Gateway:
@@ -158,8 +159,14 @@ class Gateway:
     # -- state snapshot ---------------------------------------------------
 
     def invalidate(self) -> None:
-        """Forget the cached overrides/spend so the next snapshot reads the store."""
-        self._cached = None
+        """Make the next snapshot re-read overrides and spend from the store.
+
+        The spend this process counted is kept until the store has it (see
+        ``_shared_state``), so a reload never forgets spend.
+        """
+        cached = self._cached
+        if cached is not None:
+            cached.taken_at = float("-inf")
 
     def _shared_state(self, now: float) -> _Cached:
         cached = self._cached
@@ -172,17 +179,25 @@ class Gateway:
         try:
             if self.store.has_ledger:
                 overrides = mark_stale(self.store.list_overrides(now), self._config)
-            spend = self.store.spend_for(periods) if periods and self.store.has_ledger else {}
+            # Every store keeps spend, the memory store of a gateway without a [ledger] too.
+            spend = dict(self.store.spend_for(periods)) if periods else {}
         except Exception:  # noqa: BLE001 - a store outage must not stop traffic
             # Serve on what was last read (retried after one refresh interval).
             log.exception("shared state could not be read; serving on the last snapshot")
             if cached is None:
-                cached = _Cached(taken_at=now, overrides=(), spend={})
+                cached = _Cached(taken_at=now, overrides=(), spend={}, periods=periods)
             else:
-                cached = _Cached(taken_at=now, overrides=cached.overrides, spend=cached.spend)
+                cached = _Cached(taken_at=now, overrides=cached.overrides, spend=cached.spend,
+                                 periods=cached.periods)
             self._cached = cached
             return cached
-        cached = _Cached(taken_at=now, overrides=overrides, spend=dict(spend))
+        if cached is not None:
+            # Spend only grows within a period, and what this process counted may not be
+            # written yet (the background writer): keep the larger of the two.
+            for key_id, period in periods.items():
+                if cached.periods.get(key_id) == period and key_id in cached.spend:
+                    spend[key_id] = max(spend.get(key_id, 0.0), cached.spend[key_id])
+        cached = _Cached(taken_at=now, overrides=overrides, spend=spend, periods=periods)
         self._cached = cached
         return cached
 
@@ -201,10 +216,15 @@ class Gateway:
                              overrides=shared.overrides, spend_usd=shared.spend, taken_at=now)
 
     def add_spend(self, key_id: str, period: str, usd: float) -> None:
-        """Count spend at once locally and in the store off the request path."""
+        """Count spend at once locally and in the store off the request path.
+
+        The local count is for ``period``; spend of another period (the day
+        turned) is left to the store and read back at the next refresh.
+        """
         cached = self._cached
-        if cached is not None:
+        if cached is not None and cached.periods.get(key_id, period) == period:
             cached.spend[key_id] = cached.spend.get(key_id, 0.0) + usd
+            cached.periods.setdefault(key_id, period)
         self.writer.submit("add_spend", key_id, period, usd)
 
     @property
