@@ -13,7 +13,7 @@ import asyncio
 import logging
 import random
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("humpyard.gateway")
 RETENTION_EVERY_SECS = 3600.0
+OVERRIDE_SWEEP_SECS = 30.0  # the longest wait between override-expiry sweeps
 
 
 def health_settings(config: Config) -> HealthSettings:
@@ -87,6 +88,7 @@ class Gateway:
         self.route_rngs: dict[str, random.Random] = {}
         self._lock = threading.Lock()
         self._cached: _Cached | None = None
+        self._wake_sweep: Callable[[], object] | None = None
         self.quota = QuotaPoller(config, self.store, self.clock, self._http,
                                  metrics=self.metrics, cost_since=self._provider_cost_since)
         self._forbid_secrets(config)
@@ -132,11 +134,53 @@ class Gateway:
         return 0.0
 
     async def run_background(self, stop: asyncio.Event) -> None:
-        """Background work of a long-lived process: quota polling and retention."""
-        jobs = [self._retention(stop)]
+        """Background work of a long-lived process: quota polling, retention, and
+        recording override expiries as they happen."""
+        jobs = [self._retention(stop), self._sweep_overrides(stop)]
         if self.quota.providers():
             jobs.append(self.quota.run(stop))
         await asyncio.gather(*jobs)
+
+    def expire_overrides(self) -> list[Override]:
+        """Record the expiry of every override that has run out (one audit entry each,
+        stamped with its ``expires_at``); returns them. Blocking: call off the loop."""
+        if not self.store.has_ledger:
+            return []
+        expired = self.store.expire_due(self.clock.now())
+        for ov in expired:
+            log.info("override expired id=%s kind=%s subject=%s", ov.id, ov.kind, ov.subject,
+                     extra={"override_id": ov.id, "kind": ov.kind, "subject": ov.subject})
+        if expired:
+            self.invalidate()
+        return expired
+
+    def _next_expiry_in(self) -> float:
+        """Seconds until the soonest known override expiry, at most OVERRIDE_SWEEP_SECS."""
+        now = self.clock.now()
+        upcoming = [o.expires_at - now for o in self._shared_state(now).overrides
+                    if o.expires_at > now]
+        return max(0.01, min([OVERRIDE_SWEEP_SECS, *upcoming]) + 0.001)
+
+    async def _sweep_overrides(self, stop: asyncio.Event) -> None:
+        """Sweep at each known expiry, at least every OVERRIDE_SWEEP_SECS, and again
+        whenever the overrides change (``invalidate`` wakes it)."""
+        if not self.store.has_ledger:
+            return
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+        self._wake_sweep = lambda: loop.call_soon_threadsafe(wake.set)
+        try:
+            while not stop.is_set():
+                wake.clear()
+                try:
+                    await asyncio.to_thread(self.expire_overrides)
+                    wait = await asyncio.to_thread(self._next_expiry_in)
+                except Exception:  # noqa: BLE001 - the sweep must never stop the gateway
+                    log.exception("override expiry sweep failed")
+                    wait = OVERRIDE_SWEEP_SECS
+                await _first_of(stop, wake, timeout=wait)
+        finally:
+            self._wake_sweep = None
 
     def purge_expired(self) -> int:
         """Delete ledger rows older than ``decision_retention_days``; returns decisions removed."""
@@ -167,6 +211,12 @@ class Gateway:
         cached = self._cached
         if cached is not None:
             cached.taken_at = float("-inf")
+        wake = self._wake_sweep
+        if wake is not None:
+            try:
+                wake()
+            except RuntimeError:  # the sweeping loop has closed
+                pass
 
     def _shared_state(self, now: float) -> _Cached:
         cached = self._cached
@@ -271,3 +321,14 @@ class Gateway:
         self.writer.close()
         await self.client.aclose()
         self.store.close()
+
+
+async def _first_of(*events: asyncio.Event, timeout: float) -> None:
+    """Wait until any of ``events`` is set, or ``timeout`` seconds pass."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)

@@ -29,6 +29,7 @@ from humpyard.clock import Clock
 from humpyard.config.spec import Config, EndpointSpec, ProviderSpec
 from humpyard.errors import UpstreamError
 from humpyard.executor.stream import hold_back
+from humpyard.health.breaker import clamp_retry_after
 from humpyard.health.retry_after import parse_retry_after
 from humpyard.planning.types import Plan, PlannedTarget
 from humpyard.records import Attempt, Served
@@ -255,8 +256,9 @@ class Executor:
         # Upstreams may quote the request's Authorization header in their errors.
         failure.message = redact(failure.message, (provider.api_key,))
         att.error = failure.message
-        if failure.retry_after is not None:
-            att.retry_after_ms = int(failure.retry_after * 1000)
+        if failure.retry_after is not None:  # as honoured: the cooldown it sets (health/)
+            att.retry_after_ms = round(
+                clamp_retry_after(failure.retry_after, self.health.settings) * 1000)
         if cls.counts_for_health:
             self.health.record_failure(ep.key, self.clock.now(), failure.retry_after)
         elif probe:  # an answer that says nothing about the endpoint: the next request probes
