@@ -49,6 +49,7 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
                     if c["targets"] == 100 and c["rules"] == 50), None)
     cold = _get(results, "cold_start", "app", "import_ms")
     cold_lambda = _get(results, "cold_start", "lambda", "import_ms")
+    ledger_dps = _get(results, "ledger", "decisions_per_s")
     rows = [
         ("added p50, 1 connection, buffered", "<= 0.5 ms",
          _get(add, "buffered_c1", "total_p50_ms"), lambda v: v <= 0.5, "ms"),
@@ -67,6 +68,9 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
         ("cold import of the Lambda entry functions/gateway/app.py (bytecode, median)",
          "<= 250 ms", cold_lambda, lambda v: v <= 250, "ms"),
         ("idle RSS", "<= 80 MB", _get(hy, "memory", "idle_mb"), lambda v: v <= 80, "MB"),
+        (f"SQLite ledger writer, sustained decisions/s on one core (>= 5x the {_f(rps, 0)} "
+         "req/s above)", f">= {5 * rps:.0f}" if rps else ">= 5x", ledger_dps,
+         (lambda v: v >= 5 * rps) if rps else (lambda v: False), "decisions/s"),
     ]
     out = []
     for what, goal, value, ok, unit in rows:
@@ -136,10 +140,24 @@ def markdown(results: dict[str, Any]) -> str:
                      f"{_f(s.get('rps'), 0)} | {_f(s.get('p50_ms'), 1)} / "
                      f"{_f(s.get('p99_ms'), 1)} | {errs} | {_f(mem.get('idle_mb'), 1)} | "
                      f"{_f(mem.get('peak_mb'), 1)} |")
-    lines += _planner_md(results) + _cold_md(results)
+    lines += _planner_md(results) + _ledger_md(results) + _cold_md(results)
     lines += ["", "Raw numbers: `bench/results/latest.json`. How each figure is taken: "
               "`bench/README.md`.", ""]
     return "\n".join(lines)
+
+
+def _ledger_md(results: dict[str, Any]) -> list[str]:
+    led = results.get("ledger")
+    if led is None:
+        return []
+    if "decisions_per_s" not in led:
+        return ["", "## Ledger writer", "", f"Not measured: {led.get('error', 'skipped')}"]
+    return ["", "## Ledger writer (SQLite, `bench/ledger_bench.py`, one core)", "",
+            "| decisions/s | mean batch (items) | mean write ms | CPU µs/decision | "
+            "median lag ms | lost |", "|---|---|---|---|---|---|",
+            f"| {led['decisions_per_s']} | {led['mean_batch_items']} | "
+            f"{led['mean_write_ms']} | {led['cpu_us_per_decision']} | "
+            f"{_f(led['median_lag_ms'], 1)} | {led['lost']} |"]
 
 
 def _planner_md(results: dict[str, Any]) -> list[str]:

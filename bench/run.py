@@ -219,11 +219,23 @@ def planner(a: argparse.Namespace) -> dict[str, Any]:
         return {"error": f"exit {res.returncode}: {res.stderr.strip()[-500:]}"}
 
 
+def ledger(a: argparse.Namespace) -> dict[str, Any]:
+    """The SQLite ledger writer's sustained decisions/s, on the gateway's CPU."""
+    cmd = pin([sys.executable, str(tg.BENCH / "ledger_bench.py"), "--seconds",
+               str(2.0 if a.quick else 5.0)], GATEWAY_CPU)
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    try:
+        return json.loads(res.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    except (IndexError, ValueError):
+        return {"error": f"exit {res.returncode}: {res.stderr.strip()[-500:]}"}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="shorter runs (a smoke test)")
     p.add_argument("--no-cold", action="store_true")
     p.add_argument("--no-planner", action="store_true")
+    p.add_argument("--no-ledger", action="store_true")
     p.add_argument("--profile", action="store_true", help="py-spy humpyard under load")
     p.add_argument("--no-readme", action="store_true", help="leave README.md alone")
     a = p.parse_args()
@@ -245,6 +257,10 @@ def main() -> int:
     if not a.no_planner:
         print("planner ...", flush=True)
         results["planner"] = planner(a)
+    if not a.no_ledger:
+        print("ledger writer ...", flush=True)
+        results["ledger"] = ledger(a)
+        print(f"    {results['ledger'].get('decisions_per_s')} decisions/s", flush=True)
     with tempfile.TemporaryDirectory(prefix="humpyard-bench-") as tmp_s, running([]) as procs:
         tmp = Path(tmp_s)
         sim_port = free_port()

@@ -42,8 +42,8 @@ async def _serve(args: argparse.Namespace) -> None:
 
     from humpyard.clock import SystemClock
     from humpyard.config import load_config
-    from humpyard.http.app import create_app
     from humpyard.gateway import Gateway
+    from humpyard.http.app import create_app
 
     v = args.variant
     cfg = load_config(args.config)

@@ -13,8 +13,17 @@ from humpyard.errors import ConfigError
 log = logging.getLogger("humpyard")
 
 
-def _setup_logging(level: str = "INFO") -> None:
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+def _setup_logging(level: str = "INFO", *, buffered: bool = False) -> None:
+    """Log to stderr; ``buffered`` (the long-running commands) writes through a
+    buffer drained a few times a second (``logsink.py``)."""
+    if buffered:
+        from humpyard.logsink import BufferedStderr
+        # The line format uses no thread or process name: not collecting them
+        # makes each record a third cheaper (docs/decisions/0003-performance.md).
+        logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
+        logging.basicConfig(level=level, handlers=[BufferedStderr()])
+    else:
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     # httpx logs every upstream call at INFO; the gateway logs its own line per request.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     # httpcore's DEBUG trace prints upstream response headers verbatim, and an
@@ -118,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _setup_logging(args.log_level)
+    _setup_logging(args.log_level, buffered=args.command in ("serve", "demo"))
     return int(args.fn(args) or 0)
 
 

@@ -21,7 +21,7 @@ from humpyard.clock import Clock, SystemClock
 from humpyard.config.spec import Config
 from humpyard.executor.walk import Executor
 from humpyard.health.book import HealthBook
-from humpyard.health.breaker import HealthSettings
+from humpyard.health.breaker import ENDPOINT_STATES, HealthSettings
 from humpyard.health.readiness import ReadinessProber
 from humpyard.latency import LatencyBook, LocalLatency
 from humpyard.ledger.periods import period_key
@@ -83,6 +83,7 @@ class Gateway:
                                          config.router.probe_interval_secs,
                                          config.router.probe_timeout_secs)
         self.metrics = GatewayMetrics(Metrics())
+        self.writer.use_metrics(self.metrics)
         self.policy = policy
         self.latency_book: LatencyBook = latency or LocalLatency()
         self.route_rngs: dict[str, random.Random] = {}
@@ -275,7 +276,7 @@ class Gateway:
         if cached is not None and cached.periods.get(key_id, period) == period:
             cached.spend[key_id] = cached.spend.get(key_id, 0.0) + usd
             cached.periods.setdefault(key_id, period)
-        self.writer.submit("add_spend", key_id, period, usd)
+        self.writer.submit_spend(key_id, period, usd)
 
     @property
     def tiered(self) -> Any:
@@ -286,17 +287,31 @@ class Gateway:
         return self._tiered
 
     def refresh_gauges(self) -> None:
-        """Point-in-time gauges (overrides) before metrics are read; no store read
-        when the shared state is fresh."""
+        """Point-in-time gauges before metrics are read: overrides, each configured
+        endpoint's health state, each budgeted key's spend this period. No store
+        read when the shared state is fresh."""
         now = self.clock.now()
+        m = self.metrics
+        shared = self._shared_state(now)
         by_kind: dict[str, int] = {"disable_target": 0, "drain_provider": 0, "pin_route": 0}
         oldest = 0.0
-        for ov in self._shared_state(now).overrides:
+        for ov in shared.overrides:
             by_kind[ov.kind] = by_kind.get(ov.kind, 0) + 1
             oldest = max(oldest, now - ov.created_at)
         for kind, n in by_kind.items():
-            self.metrics.overrides_active.set(n, kind=kind)
-        self.metrics.override_oldest_age.set(oldest)
+            m.overrides_active.set(n, kind=kind)
+        m.override_oldest_age.set(oldest)
+        config = self._config
+        m.endpoint_state.clear()  # endpoints a reload removed leave no series behind
+        for _, ep in config.endpoint_keys():
+            current = self.health.view(ep.key, now).state
+            for state in ENDPOINT_STATES:
+                m.endpoint_state.set(1 if state == current else 0, endpoint=ep.key, state=state)
+        m.budget_spend_usd.clear()
+        for key in config.keys.values():
+            if key.budget is not None:
+                m.budget_spend_usd.set(round(shared.spend.get(key.id, 0.0), 6), key=key.id)
+        self.writer.refresh_gauges()
 
     # -- hooks from the executor -------------------------------------------
 

@@ -8,6 +8,8 @@ and, when a target answered, a ``Served``. The decision record
 
 from __future__ import annotations
 
+import itertools
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -15,6 +17,17 @@ from typing import Any
 
 from humpyard.config.spec import Config, EndpointSpec, KeySpec
 from humpyard.planning.types import Plan, RequestFacts
+
+_ID_PREFIX = os.urandom(6).hex()  # per process: ids from two instances never collide
+_ID_COUNTER = itertools.count(1)
+
+
+def new_request_id() -> str:
+    """A unique request id: a random per-process prefix and a counter.
+
+    Not a secret, so no per-request entropy is drawn (``uuid4`` reads the OS's
+    random source on every call, which costs a system call here)."""
+    return f"req_{_ID_PREFIX}{next(_ID_COUNTER):012x}"
 
 
 @dataclass(slots=True)
@@ -91,4 +104,3 @@ class Call:
     plan: Plan | None = None
     attempts: list[Attempt] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    recorded: bool = False

@@ -8,8 +8,8 @@ serve`` and ``humpyard demo`` both run it.
 uvicorn writes a response's status line and headers to the socket as soon as
 the app sends ``http.response.start``, and the body when it sends the body: two
 ``send`` system calls, and two wake-ups of the client, for every buffered
-answer. On this kind of machine a loopback ``send`` costs ~100 µs of the
-gateway's own time (docs/decisions/0003-performance.md). ``HeadHoldingTransport``
+answer; each ``send`` is a measurable share of the gateway's own time
+(docs/decisions/0003-performance.md, "Round 2"). ``HeadHoldingTransport``
 keeps a response head back until the next write, which it joins to it, or until
 the end of the current event-loop turn (a stream's head goes out before its first
 event has arrived, as before). Everything else passes straight through.
@@ -109,6 +109,7 @@ async def serve(config_path: str, host: str, port: int) -> None:
 
     from humpyard.config import load_config
     from humpyard.http.app import create_app
+    from humpyard.logsink import BufferedStderr, flush_periodically
     from humpyard.reload import Reloader
     cfg = load_config(config_path)
     for w in cfg.warnings:
@@ -127,7 +128,8 @@ async def serve(config_path: str, host: str, port: int) -> None:
                                            log_config=None, timeout_keep_alive=75,
                                            proxy_headers=False, server_header=False,
                                            http=protocol_class()))
-    tasks = []
+    tasks = [asyncio.create_task(flush_periodically(h)) for h in logging.getLogger().handlers
+             if isinstance(h, BufferedStderr)]
     if cfg.reload_poll_secs > 0:
         tasks.append(asyncio.create_task(_poll_config(reloader, gw)))
     log.info("humpyard serving on http://%s:%d (config %s)", host, port, config_path)

@@ -5,7 +5,8 @@ with ``PYTHONPATH`` pointing at this checkout's ``shared``; ``start()``
 returns once the server answers HTTP. ``kill()`` is ``SIGKILL`` (nothing runs
 in the child afterwards), ``stop()`` is ``SIGTERM`` (uvicorn shuts down and
 the gateway closes its writer and store). Output goes to ``log_path``, never
-a pipe, so a chatty server cannot block on a full pipe.
+a pipe, so a chatty server cannot block on a full pipe. ``SimulatorProcess``
+runs the project's zero-work simulated provider the same way.
 """
 
 from __future__ import annotations
@@ -23,6 +24,47 @@ import httpx
 from tests.support.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+class SimulatorProcess:
+    """``humpyard simulate --profile zero`` as a child process: an upstream that does
+    no work, so a load test measures the gateway rather than its upstream."""
+
+    def __init__(self, log_path: Path):
+        self.log_path = log_path
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def __enter__(self) -> SimulatorProcess:
+        env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}"}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "humpyard.cli", "--log-level", "WARNING", "simulate",
+                 "--profile", "zero", "--port", str(self.port)],
+                cwd=str(ROOT), env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=1)
+                return self
+            except httpx.TransportError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.__exit__()
+                    raise RuntimeError("humpyard simulate did not start") from None
+                time.sleep(0.05)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
 
 
 class ServeProcess:

@@ -15,6 +15,17 @@ runs 120). After a warm-up the test measures, and at the end asserts:
 
 The fake upstreams run in a child process, so their sockets and their record
 of every request are not counted as the gateway's.
+
+``test_soak_ledger`` is the ledger under sustained load: ``humpyard serve``
+(a child process, SQLite ledger) in front of ``humpyard simulate --profile
+zero``, ``LEDGER_CONNECTIONS`` (256) connections of chat traffic for the same
+``HUMPYARD_SOAK_SECS``. Its report gives the server's resident memory (warm
+idle, peak, after) and the ledger writer's lag and queue depth sampled from
+``/metrics`` every ``SAMPLE_SECS``; it asserts memory after the load within
+``RSS_FACTOR`` times the warm idle figure and at most ``RSS_EXTRA_MB`` above
+it, the lag within ``MAX_LAG_SECS`` (docs/operations.md, "The ledger
+writer") in all samples but one in a hundred (or one), and within
+``STALL_LAG_SECS`` in every one, nothing lost, and one decision per answer.
 """
 
 from __future__ import annotations
@@ -25,6 +36,10 @@ import json
 import multiprocessing
 import os
 import random
+import re
+import sqlite3
+import statistics
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -41,6 +56,8 @@ from humpyard.config import load_config_text
 from humpyard.gateway import Gateway
 from humpyard.http.app import create_app
 from humpyard.store import open_store
+from tests.durability.load import ChatLoad
+from tests.durability.process import ServeProcess, SimulatorProcess
 from tests.faults.harness import MSG, drill_config
 from tests.faults.steps import (
     Hold,
@@ -70,6 +87,12 @@ A_TIMEOUT = 1.0
 MAX_BODY = 64 * 1024
 RSS_LIMIT_MB = 30
 SETTLE_SECS = 10.0
+LEDGER_CONNECTIONS = 256
+SAMPLE_SECS = 0.5
+RSS_FACTOR = 1.5
+RSS_EXTRA_MB = 20.0
+MAX_LAG_SECS = 1.0  # every sample but one in a hundred (and one stall, on a short run)
+STALL_LAG_SECS = 2.0  # that one, on a loaded machine, and no more
 # The slowest legitimate request: provider a's whole-call timeout, then b,
 # under 32-way contention for one interpreter shared with the upstreams.
 LATENCY_BOUND = 10.0
@@ -335,3 +358,101 @@ def test_soak(soak_gateway):
     assert gw.writer.flush(timeout=10)
     recorded = sum(g["requests"] for g in gw.store.stats("key", 0, time.time() + 60))
     assert recorded == warm.gateway_requests + tally.gateway_requests
+
+
+# -- the ledger under sustained load --------------------------------------------------
+
+
+def process_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def ledger_gauges(text: str) -> dict[str, float]:
+    """The unlabelled ``humpyard_ledger_*`` samples of a Prometheus text page."""
+    return {m[1]: float(m[2]) for m in re.finditer(
+        r"^(humpyard_ledger_[a-z_]+) ([0-9.e+-]+)$", text, re.M)}
+
+
+class Sampler:
+    """Every ``SAMPLE_SECS``, the server's RSS and its ledger gauges, until stopped."""
+
+    def __init__(self, server: ServeProcess):
+        self.server = server
+        self.rss: list[float] = []
+        self.lag: list[float] = []
+        self.depth: list[float] = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.server.url, timeout=10) as c:
+            while not self.stopping.wait(SAMPLE_SECS):
+                self.rss.append(process_rss_mb(self.server.pid))
+                g = ledger_gauges(c.get("/metrics").text)
+                self.lag.append(g["humpyard_ledger_lag_seconds"])
+                self.depth.append(g["humpyard_ledger_queue_depth"])
+
+    def __enter__(self) -> Sampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        self.thread.join(15)
+
+
+def drive(port: int, seconds: float) -> ChatLoad:
+    async def for_a_while(_: ChatLoad) -> None:
+        await asyncio.sleep(seconds)
+
+    load = ChatLoad(port, LEDGER_CONNECTIONS)
+    asyncio.run(load.run(for_a_while))
+    return load
+
+
+def test_soak_ledger(tmp_path):
+    db = tmp_path / "ledger.db"
+    with SimulatorProcess(tmp_path / "simulator.log") as up:
+        cfg = tmp_path / "humpyard.toml"
+        cfg.write_text(f'[ledger]\npath = "{db}"\n[providers.p]\nbase_url = "{up.url}"\n'
+                       '[targets.t]\nendpoints = [{ provider = "p", model = "m" }]\n')
+        server = ServeProcess(cfg, tmp_path / "serve.log", log_level="WARNING").start()
+        try:
+            warm = drive(server.port, WARMUP_SECS)
+            time.sleep(1.0)  # idle: the writer drains, the loop settles
+            rss_idle = process_rss_mb(server.pid)
+            with Sampler(server) as sampled:
+                started = time.monotonic()
+                load = drive(server.port, SOAK_SECS)
+                elapsed = time.monotonic() - started
+            time.sleep(1.0)
+            rss_after = process_rss_mb(server.pid)
+            with httpx.Client(base_url=server.url, timeout=10) as c:
+                metrics = c.get("/metrics").text
+        finally:
+            assert server.stop() is not None  # a clean stop drains the writer
+    answered = len(warm.received) + len(load.received)
+    lag = sorted(sampled.lag)
+    report = (
+        f"ledger soak: {len(load.received)} answers in {elapsed:.0f} s "
+        f"({len(load.received) / elapsed:.0f}/s at {LEDGER_CONNECTIONS} connections); "
+        f"RSS warm idle {rss_idle:.1f} MB, peak {max(sampled.rss):.1f} MB, after "
+        f"{rss_after:.1f} MB (bound {min(rss_idle * RSS_FACTOR, rss_idle + RSS_EXTRA_MB):.1f}); "
+        f"writer lag median {statistics.median(lag) * 1000:.0f} ms, p99 "
+        f"{lag[int(len(lag) * 0.99)] * 1000:.0f} ms, max {lag[-1] * 1000:.0f} ms; queue depth "
+        f"max {max(sampled.depth):.0f} over {len(lag)} samples")
+    print(report)
+    assert warm.errors == 0 and load.errors == 0
+    assert rss_after <= rss_idle * RSS_FACTOR and rss_after <= rss_idle + RSS_EXTRA_MB, report
+    over = [x for x in lag if x > MAX_LAG_SECS]
+    assert len(over) <= max(1, len(lag) // 100) and lag[-1] <= STALL_LAG_SECS, report
+    assert "humpyard_ledger_lost_total{" not in metrics  # nothing shed, nothing failed
+    con = sqlite3.connect(db)
+    try:
+        assert con.execute("SELECT COUNT(*) FROM decisions").fetchone()[0] == answered
+    finally:
+        con.close()

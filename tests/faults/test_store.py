@@ -30,7 +30,7 @@ from tests.support.servers import ServerThread
 from tests.support.steps import status
 
 WRITES = frozenset({
-    "append_decision", "add_spend", "create_override", "delete_override", "audit",
+    "write_batch", "append_decision", "add_spend", "create_override", "delete_override", "audit",
     "expire_due", "purge", "put_quota_snapshot", "append_quota_history", "put_breaker",
     "add_latency", "purge_latency",
 })
@@ -67,7 +67,7 @@ PRICED = 'price = { input = 1.0, output = 1.0 }'
 def broken(ups):
     a, b, h = ups
     text = drill_config(a.url, b.url, h.url, extra=f"[ledger]\npath = \":memory:\"\n{KEYS}")
-    # price the bystander so a served request spends (an add_spend write)
+    # price the bystander so a served request spends (a spend write)
     text = text.replace('{ provider = "h", model = "mh" }',
                         '{ provider = "h", model = "mh", ' + PRICED + ' }')
     config = load_config_text(text, env={"CI_KEY": "sk-ci"})
@@ -83,7 +83,7 @@ def unsaved(records: list[logging.LogRecord], request_id: str) -> dict[str, Any]
     """The decision JSON logged for ``request_id``'s failed ledger write."""
     for rec in records:
         msg = rec.getMessage()
-        if rec.levelno == logging.ERROR and f"append_decision failed request_id={request_id}" \
+        if rec.levelno == logging.ERROR and f"decision not written request_id={request_id}" \
                 in msg:
             m = re.search(r"unsaved: (\{.*\})$", msg, re.S)
             assert m, msg
@@ -122,7 +122,9 @@ def test_requests_succeed_and_every_lost_decision_is_logged(broken, caplog):
         ("first", "server_error"), ("second", None)]
     assert [d["outcome"] for d in outcomes.values()] == [
         "ok", "ok", "ok", "invalid_request", "unknown_model", "ok"]
-    assert "add_spend" in store.failed
+    assert any("spend not written key_id=ci" in r.getMessage() for r in caplog.records)
+    assert gw.metrics.ledger_lost.value(kind="decision", reason="error") == len(sent)
+    assert gw.metrics.ledger_lost.value(kind="spend", reason="error") >= 1
     # nothing was stored, and the read side says so rather than failing
     assert http.get("/v1/decisions").json()["decisions"] == []
     # the gateway keeps serving

@@ -172,7 +172,8 @@ def test_claude_code_shaped_request(gw, ups):
     assert sent["messages"] == [
         {"role": "system", "content": "You are Claude Code.\nBe careful."},
         {"role": "user", "content": "hi"}]
-    assert sent["user"] == "user_abc" and sent["temperature"] == 1
+    assert "user" not in sent and sent["temperature"] == 1  # user_id stays at the gateway
+    assert sent["reasoning_effort"] == "high"  # output_config.effort
     assert "cache_control" not in json.dumps(sent)
     assert not {"thinking", "context_management", "metadata", "output_config"} & set(sent)
     assert "anthropic-beta" not in req.headers

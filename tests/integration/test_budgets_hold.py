@@ -23,6 +23,7 @@ from humpyard.config import load_config_text
 from humpyard.gateway import Gateway
 from humpyard.http.app import create_app
 from humpyard.store import MemoryStore
+from humpyard.store.base import LedgerBatch
 from humpyard.store.writer import BackgroundWriter
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway import running_gateway
@@ -102,15 +103,16 @@ def test_without_a_ledger_spend_survives_state_refreshes_and_reloads(ups):
 
 
 class SlowSpend:
-    """A store whose ``add_spend`` waits until ``release`` (a disk that lags behind)."""
+    """A store whose spend writes wait until ``release`` (a disk that lags behind)."""
 
     def __init__(self, inner: MemoryStore) -> None:
         self._inner = inner
         self.release = threading.Event()
 
-    def add_spend(self, key_id: str, period: str, usd: float) -> float:
-        self.release.wait(10)
-        return self._inner.add_spend(key_id, period, usd)
+    def write_batch(self, batch: LedgerBatch) -> None:
+        if batch.spend:
+            self.release.wait(10)
+        self._inner.write_batch(batch)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

@@ -71,7 +71,7 @@ def test_leaving_mid_stream_closes_the_upstream_and_records_the_request(protocol
 
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
 def test_a_buffered_answer_the_client_never_got_is_still_recorded(protocol: str) -> None:
-    # the answer is recorded after it is sent (http/chat.py send_served); a send that
+    # the answer is recorded after it is sent (recording.py, opened by http/intake.py); a send that
     # fails must not lose the record
     path, body = REQUESTS[protocol]
     body = body.replace(b'"stream":true', b'"stream":false')

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sqlite3
 import time
 
@@ -109,6 +110,13 @@ def test_decisions_record_ok_failed_refused_and_overridden(ups, tmp_path):
             m = c.get("/metrics").text
         assert 'humpyard_fallback_blocked_total{route="strict"} 1' in m
         assert 'humpyard_requests_total{route="r",target="second",status="200"}' in m
+        # the ledger writer reports: everything written (decisions were listed above)
+        assert "\nhumpyard_ledger_queue_depth 0\n" in m
+        assert "\nhumpyard_ledger_lag_seconds 0\n" in m
+        written = re.search(r"^humpyard_ledger_batch_size_sum (\S+)$", m, re.M)
+        assert written and float(written.group(1)) >= 4  # the four decisions
+        assert re.search(r"^humpyard_ledger_write_seconds_count [1-9]", m, re.M)
+        assert "humpyard_ledger_lost_total{" not in m
     # the seed's capability-estimate SQL works on the real ledger file
     with sqlite3.connect(db) as conn:
         count, worst, typical = conn.execute(

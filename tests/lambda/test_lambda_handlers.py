@@ -224,7 +224,7 @@ def test_a_ledger_write_that_fails_is_logged_with_the_whole_decision(
     assert resp["statusCode"] == 200  # the client still gets its answer
     rid = resp["headers"]["x-humpyard-request-id"]
     errors = [d for d in _logs(capsys.readouterr().out) if d["level"] == "ERROR"]
-    (unsaved,) = [d for d in errors if "append_decision" in d["message"]]
+    (unsaved,) = [d for d in errors if "decision not written" in d["message"]]
     assert rid in unsaved["message"]
     payload = json.loads(unsaved["message"].split("unsaved: ", 1)[1])
     assert payload["request_id"] == rid and payload["target"] == "primary"

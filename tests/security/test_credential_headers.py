@@ -15,7 +15,8 @@ import pytest
 import humpyard
 from humpyard.config import load_config_text
 from humpyard.errors import ConfigError
-from humpyard.flow import Call, facts_for
+from humpyard.flow import facts_for
+from humpyard.records import Call
 from tests.security.support import PROVIDER_KEY, bearer, chat, client
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway import running_gateway

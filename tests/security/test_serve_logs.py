@@ -67,5 +67,5 @@ key_sha256 = "{beta}"
             ]
     assert statuses == [200, 401, 500, 200, 200, 200, 401, 200]
     output = log.read_text(errors="replace")
-    assert "DEBUG" in output and "humpyard.request" in output
+    assert "INFO humpyard.request request request_id=" in output  # one line per request
     assert not find_leaks(output), [line for line in output.splitlines() if find_leaks(line)]

@@ -2,9 +2,10 @@
 
 ``boto3.client(name)`` is botocore's ``create_client`` on boto3's default
 session; importing boto3 also imports s3transfer, multiprocessing and the
-resource layer (~22 ms of import time here, on every cold start) for
-nothing humpyard calls. The clients are the same low-level clients (their
-user agent says ``Botocore/…`` where boto3's adds ``Boto3/…``). One botocore
+resource layer, on every cold start, for nothing humpyard calls (the import
+time saved is in docs/decisions/0003-performance.md, "Applied"). The clients
+are the same low-level clients (their user agent says ``Botocore/…`` where
+boto3's adds ``Boto3/…``). One botocore
 session per process is shared, as boto3's default session is, so the
 credentials and the endpoint data are resolved once.
 """

@@ -31,7 +31,7 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from humpyard.flow import new_request_id
+from humpyard.records import new_request_id
 
 log = logging.getLogger("humpyard.aws")
 

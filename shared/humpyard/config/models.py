@@ -339,6 +339,8 @@ class RawConfig(_Strict):
     reload_poll_secs: float = Field(default=0, ge=0)
     state_refresh_ms: float = Field(default=1000, ge=0)
     max_body_bytes: Annotated[int, Field(gt=0)] = 32 * 1024 * 1024
+    stream_heartbeat_secs: float = Field(default=15, ge=0, le=300)
+    log_requests: bool = True
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> RawConfig:

@@ -176,7 +176,6 @@ class RouteSpec:
     latency_target_ms: float = 2000
     unknown_quality: float = 0.5
     allowed_classes: tuple[str, ...] | None = None
-    fallback_on_explicit: bool = False
     pool: PoolSpec | None = None
     pool_left_out: tuple[tuple[str, str], ...] = ()
     tail: tuple[str, ...] = ()
@@ -233,18 +232,12 @@ class Config:
     reload_poll_secs: float = 0
     state_refresh_ms: float = 1000
     max_body_bytes: int = 32 * 1024 * 1024
+    stream_heartbeat_secs: float = 15
+    log_requests: bool = True
     public: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     source: str = "<memory>"
     digest: str = ""
     warnings: tuple[str, ...] = ()
-
-    def route_for(self, model: str) -> RouteSpec | None:
-        """The route a model name names: a route, else a bare target's passthrough."""
-        return self.routes.get(model)
-
-    @property
-    def has_keys(self) -> bool:
-        return bool(self.keys)
 
     def endpoint_keys(self) -> list[tuple[str, EndpointSpec]]:
         """(target, endpoint) for every endpoint in the file, in file order."""

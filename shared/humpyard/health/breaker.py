@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 CooldownSource = Literal["failures", "retry_after"]
 EndpointStateName = Literal["healthy", "cooling_down", "probing"]
+ENDPOINT_STATES: tuple[EndpointStateName, ...] = ("healthy", "cooling_down", "probing")
 
 _COOLDOWN_SOURCES = ("failures", "retry_after")
 _MAX_DOUBLINGS = 64  # 2**64 times any sane cooldown is past every cap.

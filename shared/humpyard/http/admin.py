@@ -1,42 +1,25 @@
-"""Read and admin APIs: models, health, decisions, stats, config, metrics, quota.
+"""Read and admin APIs: models, health, decisions, stats, config, metrics.
 
-Every handler here requires a key when the gateway has keys. Overrides and
-explain live in their own modules.
+Every handler here requires a key when the gateway has keys. Overrides,
+explain and quota live in their own modules; ``http/app.py`` lists the paths.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.routing import Route
 
 from humpyard.errors import HumpyardError, RequestError
 from humpyard.http.body import finite
-from humpyard.http.errors import error_response, internal_error, json_response
-from humpyard.http.guard import gateway, require_key
+from humpyard.http.errors import json_response
+from humpyard.http.guard import gateway, guarded, require_key
 from humpyard.metrics import prometheus
 from humpyard.store.writer import BackgroundWriter, InlineWriter
 
-Handler = Callable[[Request], Awaitable[Response]]
 DAY = 86400.0
 MAX_WINDOW = 3660 * DAY  # ten years: past any retention, and what a store can index
-
-
-def guarded(fn: Handler) -> Handler:
-    """Map humpyard errors to responses for an admin handler."""
-    async def wrapper(request: Request) -> Response:
-        try:
-            return await fn(request)
-        except HumpyardError as e:
-            return error_response(e)
-        except Exception as e:  # noqa: BLE001 - a 500 with the trace in the log
-            return internal_error(e)
-    wrapper.__name__ = fn.__name__
-    wrapper.__doc__ = fn.__doc__
-    return wrapper
 
 
 @guarded
@@ -179,27 +162,3 @@ async def metrics(request: Request) -> Response:
     gw.refresh_gauges()
     return PlainTextResponse(prometheus.render(gw.metrics.metrics.collect()),
                              media_type=prometheus.CONTENT_TYPE)
-
-
-def routes() -> list[Route]:
-    from humpyard.http import explain as explain_mod
-    from humpyard.http import messages as messages_mod
-    from humpyard.http import openapi as openapi_mod
-    from humpyard.http import overrides as overrides_mod
-    from humpyard.http import quota as quota_mod
-    from humpyard.http import ui as ui_mod
-    return [
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/v1/health", health, methods=["GET"]),
-        Route("/v1/decisions", decisions, methods=["GET"]),
-        Route("/v1/decisions/{request_id}", decision, methods=["GET"]),
-        Route("/v1/stats", stats, methods=["GET"]),
-        Route("/v1/config", config_view, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
-        *overrides_mod.routes(guarded),
-        *explain_mod.routes(guarded),
-        *quota_mod.routes(guarded),
-        *messages_mod.routes(),
-        *ui_mod.routes(),  # the page loads without a key; its API calls send one
-        *openapi_mod.routes(),  # static, no configuration in it: no key either
-    ]

@@ -1,10 +1,21 @@
-"""``create_app``: the one Starlette app for ``humpyard serve``, Lambda and tests."""
+"""``create_app``: the one Starlette app for ``humpyard serve``, Lambda and tests.
+
+``route_table()`` is every path the app serves, each tagged with its surface:
+
+- ``client``: what agents, SDKs and CI jobs call with a client key;
+- ``admin``: what operators call (decisions, stats, health, config, overrides,
+  quota, metrics); behind IAM as well in AWS (docs/deploy.md);
+- ``console``: the operator's page and the API description it reads.
+
+``create_app(..., surfaces=...)`` serves only the surfaces asked for (a Lambda
+function serves its own); everything else is humpyard's JSON 404.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -18,15 +29,48 @@ from humpyard.clock import Clock
 from humpyard.config.spec import Config
 from humpyard.errors import HumpyardError
 from humpyard.gateway import Gateway
-from humpyard.http import admin
-from humpyard.http.chat import Endpoint, chat_completions
+from humpyard.http import admin, explain, messages, openapi, overrides, quota, ui
+from humpyard.http.chat import OPENAI_CHAT
 from humpyard.http.errors import error_response
+from humpyard.http.intake import ClientPath
+from humpyard.http.messages import ANTHROPIC_MESSAGES
 from humpyard.store import Store
 
 if TYPE_CHECKING:
     import httpx
 
     from humpyard.upstream.transport import FastTransport
+
+CLIENT, ADMIN, CONSOLE = "client", "admin", "console"
+SURFACES = frozenset({CLIENT, ADMIN, CONSOLE})
+
+
+def route_table() -> list[tuple[str, Route]]:
+    """Every path the app serves, with the surface it belongs to."""
+    return [
+        # -- client API ---------------------------------------------------------------
+        (CLIENT, Route("/v1/chat/completions", ClientPath(OPENAI_CHAT), methods=["POST"])),
+        (CLIENT, Route("/v1/messages", ClientPath(ANTHROPIC_MESSAGES), methods=["POST"])),
+        (CLIENT, Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"])),
+        (CLIENT, Route("/v1/models", admin.models, methods=["GET"])),
+        (CLIENT, Route("/v1/route/explain", explain.explain_route, methods=["POST"])),
+        # -- admin API ----------------------------------------------------------------
+        (ADMIN, Route("/v1/health", admin.health, methods=["GET"])),
+        (ADMIN, Route("/v1/decisions", admin.decisions, methods=["GET"])),
+        (ADMIN, Route("/v1/decisions/{request_id}", admin.decision, methods=["GET"])),
+        (ADMIN, Route("/v1/stats", admin.stats, methods=["GET"])),
+        (ADMIN, Route("/v1/config", admin.config_view, methods=["GET"])),
+        (ADMIN, Route("/v1/overrides", overrides.list_overrides, methods=["GET"])),
+        (ADMIN, Route("/v1/overrides", overrides.create_override, methods=["POST"])),
+        (ADMIN, Route("/v1/overrides/audit", overrides.override_audit, methods=["GET"])),
+        (ADMIN, Route("/v1/overrides/{id}", overrides.delete_override, methods=["DELETE"])),
+        (ADMIN, Route("/v1/quota", quota.quota, methods=["GET"])),
+        (ADMIN, Route("/v1/quota/history", quota.quota_history, methods=["GET"])),
+        (ADMIN, Route("/metrics", admin.metrics, methods=["GET"])),
+        # -- console: the page loads without a key; its API calls send one -----------
+        *((CONSOLE, route) for route in ui.routes()),  # /ui, /ui/{asset}
+        (CONSOLE, Route("/openapi.json", openapi.openapi_json, methods=["GET"])),
+    ]
 
 
 async def not_found(request: Request, exc: Exception) -> Response:
@@ -43,14 +87,19 @@ async def method_not_allowed(request: Request, exc: Exception) -> Response:
 def create_app(config: Config, store: Store | None = None,
                transport: FastTransport | httpx.AsyncBaseTransport | None = None,
                clock: Clock | None = None, *, rng: random.Random | None = None,
-               gateway: Gateway | None = None) -> Starlette:
-    """The gateway app. ``store``, ``transport``, ``clock`` and ``rng`` are the seams.
+               gateway: Gateway | None = None,
+               surfaces: Collection[str] = SURFACES) -> Starlette:
+    """The gateway app. ``store``, ``transport``, ``clock`` and ``rng`` are the seams;
+    ``surfaces`` picks what of ``route_table()`` is served.
 
     The app's lifespan runs the gateway's background work (quota polling)
     and closes it (writer, upstream client, store) on shutdown; in Lambda
     (lifespan off) the instance keeps them while warm and the scheduled
     poller function polls instead.
     """
+    unknown = set(surfaces) - SURFACES
+    if unknown:
+        raise ValueError(f"unknown surfaces {sorted(unknown)} (known: {sorted(SURFACES)})")
     gw = gateway or Gateway(config, store, transport=transport, clock=clock, rng=rng)
 
     @asynccontextmanager
@@ -65,10 +114,7 @@ def create_app(config: Config, store: Store | None = None,
             await asyncio.gather(task, return_exceptions=True)
             await gw.aclose()
 
-    routes = [
-        Route("/v1/chat/completions", Endpoint(chat_completions), methods=["POST"]),
-        *admin.routes(),
-    ]
+    routes = [route for surface, route in route_table() if surface in surfaces]
     app = GatewayApp(routes=routes, lifespan=lifespan,
                      exception_handlers={404: not_found, 405: method_not_allowed})
     app.state.gateway = gw
@@ -76,18 +122,19 @@ def create_app(config: Config, store: Store | None = None,
 
 
 class GatewayApp(Starlette):
-    """Starlette, with the two client paths dispatched before its middleware and router.
+    """Starlette, with the client paths dispatched before its middleware and router.
 
-    A ``POST`` to a path whose route is a plain-ASGI ``Endpoint`` goes straight to it
-    (the endpoints answer every error themselves, so the error middleware has nothing
-    to add); everything else, including other methods on those paths, is Starlette's.
+    A ``POST`` to a path served by a plain-ASGI ``ClientPath`` goes straight to it
+    (a client path answers every error itself, so the error middleware has
+    nothing to add); everything else, including other methods on those paths,
+    is Starlette's.
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self._fast: dict[str, Endpoint] = {
+        self._fast: dict[str, ClientPath] = {
             r.path: r.endpoint for r in self.routes
-            if isinstance(r, Route) and isinstance(r.endpoint, Endpoint)}
+            if isinstance(r, Route) and isinstance(r.endpoint, ClientPath)}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):

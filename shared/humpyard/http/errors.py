@@ -28,24 +28,25 @@ def json_reply(data: object, status: int = 200, headers: dict[str, str] | None =
     return Reply(status, headers or {}, json_bytes(data))
 
 
-def error_reply(err: HumpyardError, *, anthropic: bool = False,
+def error_reply(err: HumpyardError, *, shape: str = "openai",
                 headers: dict[str, str] | None = None) -> Reply:
-    """``err`` as an OpenAI (default) or Anthropic error body with its status."""
+    """``err`` with its status, as an OpenAI (``shape="openai"``) or Anthropic
+    (``"anthropic"``) error body."""
     if err.retry_after is not None and err.retry_after > 0:
         headers = {**(headers or {}), "retry-after": str(max(1, math.ceil(err.retry_after)))}
-    if anthropic:
+    if shape == "anthropic":
         body = anthropic_error_body(err.status, err.message)
     else:
         body = {"error": {"message": err.message, "type": err.type, "code": err.code}}
     return json_reply(body, err.status, headers)
 
 
-def internal_reply(exc: Exception, *, anthropic: bool = False,
+def internal_reply(exc: Exception, *, shape: str = "openai",
                    headers: dict[str, str] | None = None) -> Reply:
     """An unexpected exception: logged with its trace, answered without details."""
     log.exception("unexpected error: %s", type(exc).__name__)
     return error_reply(HumpyardError("internal error; see the gateway log"),
-                       anthropic=anthropic, headers=headers)
+                       shape=shape, headers=headers)
 
 
 def as_response(reply: Reply) -> Response:
@@ -58,13 +59,13 @@ def json_response(data: object, status: int = 200, headers: dict[str, str] | Non
     return as_response(json_reply(data, status, headers))
 
 
-def error_response(err: HumpyardError, *, anthropic: bool = False,
+def error_response(err: HumpyardError, *, shape: str = "openai",
                    headers: dict[str, str] | None = None) -> Response:
-    """``err`` as an OpenAI (default) or Anthropic error body with its status."""
-    return as_response(error_reply(err, anthropic=anthropic, headers=headers))
+    """``error_reply`` as a Starlette response."""
+    return as_response(error_reply(err, shape=shape, headers=headers))
 
 
-def internal_error(exc: Exception, *, anthropic: bool = False,
+def internal_error(exc: Exception, *, shape: str = "openai",
                    headers: dict[str, str] | None = None) -> Response:
-    """An unexpected exception: logged with its trace, answered without details."""
-    return as_response(internal_reply(exc, anthropic=anthropic, headers=headers))
+    """``internal_reply`` as a Starlette response."""
+    return as_response(internal_reply(exc, shape=shape, headers=headers))

@@ -5,17 +5,15 @@ It runs the same planning code as a real request, for the calling key only.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from humpyard.errors import RequestError
 from humpyard.http.body import read_json
 from humpyard.http.errors import json_response
-from humpyard.http.guard import gateway, require_key
+from humpyard.http.guard import gateway, guarded, require_key
 from humpyard.planning.explain import explain
 from humpyard.planning.types import RequestFacts
 from humpyard.sessions import session_id
@@ -61,17 +59,14 @@ def recent_by_target(gw: Any, now: float) -> dict[str, dict[str, Any]]:
             for g in gw.store.stats("target", now - 86400, now)}
 
 
-def routes(guarded: Callable[..., Any]) -> list[Route]:
-    @guarded
-    async def explain_route(request: Request) -> Response:
-        key = require_key(request)
-        gw = gateway(request)
-        facts = facts_from(await read_json(request, 1024 * 1024), key.id if key else None)
-        now = gw.clock.now()
-        views = {k: v.to_dict() for k, v in gw.health.snapshot(now).items()}
-        answer = explain(facts, gw.snapshot(now), gw.config, now,
-                         recent=recent_by_target(gw, now), health_views=views,
-                         policy=gw.policy)
-        return json_response(answer)
-
-    return [Route("/v1/route/explain", explain_route, methods=["POST"])]
+@guarded
+async def explain_route(request: Request) -> Response:
+    key = require_key(request)
+    gw = gateway(request)
+    facts = facts_from(await read_json(request, 1024 * 1024), key.id if key else None)
+    now = gw.clock.now()
+    views = {k: v.to_dict() for k, v in gw.health.snapshot(now).items()}
+    answer = explain(facts, gw.snapshot(now), gw.config, now,
+                     recent=recent_by_target(gw, now), health_views=views,
+                     policy=gw.policy)
+    return json_response(answer)

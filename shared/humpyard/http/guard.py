@@ -1,17 +1,29 @@
-"""Admin-surface access: a key when keys exist, ``manage_overrides`` for writes."""
+"""What every admin handler shares: the gateway, the calling key, errors as answers.
+
+A key is required when the gateway has keys; ``manage_overrides`` for writes.
+``guarded`` turns a handler's ``HumpyardError`` into its HTTP answer (and any
+other exception into a logged 500).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from starlette.requests import Request
+from starlette.responses import Response
 
 from humpyard.config.spec import KeySpec
-from humpyard.errors import ForbiddenError
+from humpyard.errors import ForbiddenError, HumpyardError
 from humpyard.gateway import Gateway
 from humpyard.http.body import lower_headers
+from humpyard.http.errors import error_response, internal_error
 from humpyard.keys import authenticate
+
+Handler = Callable[[Request], Awaitable[Response]]
 
 
 def gateway(request: Request) -> Gateway:
+    """The app's gateway."""
     return request.app.state.gateway  # type: ignore[no-any-return]
 
 
@@ -23,3 +35,17 @@ def require_key(request: Request, *, manage: bool = False) -> KeySpec | None:
         raise ForbiddenError(f"key {key.id!r} may not manage overrides "
                              "(needs manage_overrides = true)")
     return key
+
+
+def guarded(fn: Handler) -> Handler:
+    """``fn`` with humpyard errors answered in OpenAI's error shape."""
+    async def wrapper(request: Request) -> Response:
+        try:
+            return await fn(request)
+        except HumpyardError as e:
+            return error_response(e)
+        except Exception as e:  # noqa: BLE001 - a 500 with the trace in the log
+            return internal_error(e)
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper

@@ -37,7 +37,6 @@ BOOL: Schema = {"type": "boolean"}
 ANY_OBJECT: Schema = {"type": "object"}
 OPT_STR: Schema = {"type": ["string", "null"]}
 OPT_NUM: Schema = {"type": ["number", "null"]}
-OPT_INT: Schema = {"type": ["integer", "null"]}
 
 
 def obj(props: dict[str, Schema], *required: str, extra: bool = True) -> Schema:
@@ -334,6 +333,3 @@ async def openapi_json(request: Request) -> Response:
         cached = request.app.state.openapi = openapi_document(request.app.routes)
     return json_response(cached)
 
-
-def routes() -> list[Route]:
-    return [Route("/openapi.json", openapi_json, methods=["GET"])]

@@ -9,18 +9,16 @@ the key id.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from humpyard.config.spec import Config
 from humpyard.errors import ConflictError, HumpyardError, StoreError
 from humpyard.http.body import read_json
 from humpyard.http.errors import json_response
-from humpyard.http.guard import gateway, require_key
+from humpyard.http.guard import gateway, guarded, require_key
 from humpyard.overrides import is_stale, validate
 from humpyard.planning.types import Override
 
@@ -34,65 +32,60 @@ def view(ov: Override, config: Config, now: float) -> dict[str, Any]:
     return d
 
 
-def routes(guarded: Callable[..., Any]) -> list[Route]:
-    @guarded
-    async def list_overrides(request: Request) -> Response:
-        require_key(request)
-        gw = gateway(request)
-        now = gw.clock.now()
-        _expire(gw, now)
-        items = gw.store.list_overrides(now) if gw.store.has_ledger else []
-        return json_response({"overrides": [view(o, gw.config, now) for o in items]})
+@guarded
+async def list_overrides(request: Request) -> Response:
+    require_key(request)
+    gw = gateway(request)
+    now = gw.clock.now()
+    _expire(gw, now)
+    items = gw.store.list_overrides(now) if gw.store.has_ledger else []
+    return json_response({"overrides": [view(o, gw.config, now) for o in items]})
 
-    @guarded
-    async def create(request: Request) -> Response:
-        key = require_key(request, manage=True)
-        gw = gateway(request)
-        if not gw.store.has_ledger:
-            raise ConflictError("overrides need a [ledger]: without one nothing would "
-                                "survive a restart")
-        config = gw.config
-        kind, subject, target, reason, secs = validate(
-            await read_json(request, 64 * 1024), config)
-        limits = config.overrides
-        secs = min(secs if secs is not None else limits.default_secs, limits.max_secs)
-        now = gw.clock.now()
-        by = key.id if key else None
-        ov = gw.store.create_override(Override(
-            id="", kind=kind, subject=subject, target=target, reason=reason,
-            created_at=now, expires_at=now + secs, created_by=by))
-        gw.store.audit("create", ov, by, now)
-        gw.invalidate()
-        return json_response(view(ov, config, now), 201)
 
-    @guarded
-    async def delete(request: Request) -> Response:
-        key = require_key(request, manage=True)
-        gw = gateway(request)
-        if not gw.store.has_ledger:
-            raise ConflictError("overrides need a [ledger]")
-        now = gw.clock.now()
-        by = key.id if key else None
-        ov = gw.store.delete_override(request.path_params["id"], by=by, now=now)
-        if ov is None:
-            raise HumpyardError("no such override", status=404, code="not_found")
-        gw.invalidate()
-        return json_response(view(ov, gw.config, now))
+@guarded
+async def create_override(request: Request) -> Response:
+    key = require_key(request, manage=True)
+    gw = gateway(request)
+    if not gw.store.has_ledger:
+        raise ConflictError("overrides need a [ledger]: without one nothing would "
+                            "survive a restart")
+    config = gw.config
+    kind, subject, target, reason, secs = validate(
+        await read_json(request, 64 * 1024), config)
+    limits = config.overrides
+    secs = min(secs if secs is not None else limits.default_secs, limits.max_secs)
+    now = gw.clock.now()
+    by = key.id if key else None
+    ov = gw.store.create_override(Override(
+        id="", kind=kind, subject=subject, target=target, reason=reason,
+        created_at=now, expires_at=now + secs, created_by=by))
+    gw.store.audit("create", ov, by, now)
+    gw.invalidate()
+    return json_response(view(ov, config, now), 201)
 
-    @guarded
-    async def audit(request: Request) -> Response:
-        require_key(request)
-        gw = gateway(request)
-        if not gw.store.has_ledger:
-            return json_response({"audit": []})
-        return json_response({"audit": gw.store.list_audit(limit=200)})
 
-    return [
-        Route("/v1/overrides", list_overrides, methods=["GET"]),
-        Route("/v1/overrides", create, methods=["POST"]),
-        Route("/v1/overrides/audit", audit, methods=["GET"]),
-        Route("/v1/overrides/{id}", delete, methods=["DELETE"]),
-    ]
+@guarded
+async def delete_override(request: Request) -> Response:
+    key = require_key(request, manage=True)
+    gw = gateway(request)
+    if not gw.store.has_ledger:
+        raise ConflictError("overrides need a [ledger]")
+    now = gw.clock.now()
+    by = key.id if key else None
+    ov = gw.store.delete_override(request.path_params["id"], by=by, now=now)
+    if ov is None:
+        raise HumpyardError("no such override", status=404, code="not_found")
+    gw.invalidate()
+    return json_response(view(ov, gw.config, now))
+
+
+@guarded
+async def override_audit(request: Request) -> Response:
+    require_key(request)
+    gw = gateway(request)
+    if not gw.store.has_ledger:
+        return json_response({"audit": []})
+    return json_response({"audit": gw.store.list_audit(limit=200)})
 
 
 def _expire(gw: Any, now: float) -> None:

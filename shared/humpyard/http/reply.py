@@ -1,5 +1,6 @@
 """Answers on the two client paths, sent as ASGI messages without Starlette's
-``Response`` objects (they are most of a request's framework cost; ADR 0003).
+``Response`` objects (they are most of a request's framework cost:
+docs/decisions/0003-performance.md).
 
 A stream stops as soon as the client goes away: a listener waits for
 ``http.disconnect`` and cancels the sending task, so the upstream stream is

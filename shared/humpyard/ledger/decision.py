@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from humpyard.errors import HumpyardError, PlanRefused, UpstreamError
+from humpyard.protocols.openai import MAX_MODEL_CHARS
 from humpyard.records import Call, Served
 
 
@@ -33,11 +34,24 @@ def _crossed(call: Call) -> bool | None:
     return len(set(classes)) > 1
 
 
+def _asked_model(body: dict[str, Any]) -> str | None:
+    """The model the client asked for, clipped to the intake's limit (a refused
+    request may carry any string there)."""
+    model = body.get("model")
+    if not isinstance(model, str):
+        return None
+    return model if len(model) <= MAX_MODEL_CHARS else model[:MAX_MODEL_CHARS] + "…"
+
+
 def build_decision(call: Call, *, status: int, served: Served | None,
                    error: HumpyardError | None, stream_error: str | None,
                    latency_ms: float, cost_usd: float) -> dict[str, Any]:
-    """The ledger's record of ``call``."""
+    """The ledger's record of ``call``.
+
+    ``route`` is a configured route or None (an unknown model is in ``model``
+    only), so stats and metrics group by configuration names alone."""
     plan = call.plan
+    route = plan.route if plan and plan.route in call.config.routes else None
     facts = call.facts
     removals = plan.removals if plan else ()
 
@@ -49,11 +63,11 @@ def build_decision(call: Call, *, status: int, served: Served | None,
         "request_id": call.request_id,
         "ts": call.ts,
         "protocol": call.protocol,
-        "model": call.body.get("model"),
+        "model": _asked_model(call.body),
         "key_id": call.key.id if call.key else None,
         "session_id": facts.session_id if facts else None,
         "stream": bool(facts.stream) if facts else False,
-        "route": plan.route if plan else None,
+        "route": route,
         "route_type": plan.route_type if plan else None,
         "rule": plan.rule if plan else None,
         "rule_source": plan.rule_source if plan else None,

@@ -16,6 +16,9 @@ REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
                    600)
 OVERHEAD_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 RESEND_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
+BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+WRITE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
+                 10)
 
 
 class GatewayMetrics:
@@ -46,6 +49,15 @@ class GatewayMetrics:
       quota data has a series.
     - ``budget_spend_usd`` → ``humpyard_budget_spend_usd{key}`` gauge, labelled with the
       key's id.
+    - ``ledger_queue_depth`` → ``humpyard_ledger_queue_depth`` gauge: ledger items
+      (decisions and spend totals) submitted and not yet written.
+    - ``ledger_lag`` → ``humpyard_ledger_lag_seconds`` gauge: age of the oldest of them
+      (0 when none).
+    - ``ledger_batch_size`` → ``humpyard_ledger_batch_size`` histogram: items per write.
+    - ``ledger_write_seconds`` → ``humpyard_ledger_write_seconds`` histogram: time per write.
+    - ``ledger_lost`` → ``humpyard_ledger_lost_total{kind,reason}`` counter; kind is
+      ``decision`` or ``spend``, reason ``overload`` (shed at the queue's bound) or
+      ``error`` (the store refused or failed the write). See docs/operations.md.
 
     Declaring the set twice over one registry returns the same metric objects.
     """
@@ -100,6 +112,21 @@ class GatewayMetrics:
         self.budget_spend_usd: Gauge = m.gauge(
             "humpyard_budget_spend_usd", "A key's spend in its current budget period, by "
             "key id.", ("key",), unit="None")
+        self.ledger_queue_depth: Gauge = m.gauge(
+            "humpyard_ledger_queue_depth", "Ledger items submitted and not yet written.",
+            unit="Count")
+        self.ledger_lag: Gauge = m.gauge(
+            "humpyard_ledger_lag_seconds", "Age of the oldest ledger item not yet written "
+            "(0 when none).")
+        self.ledger_batch_size: Histogram = m.histogram(
+            "humpyard_ledger_batch_size", "Ledger items per write.", (), BATCH_BUCKETS,
+            unit="Count")
+        self.ledger_write_seconds: Histogram = m.histogram(
+            "humpyard_ledger_write_seconds", "Time per ledger write.", (), WRITE_BUCKETS)
+        self.ledger_lost: Counter = m.counter(
+            "humpyard_ledger_lost_total", "Ledger items not written, by kind (decision, "
+            "spend) and reason (overload, error); each is logged with its payload.",
+            ("kind", "reason"))
 
     def names(self) -> frozenset[str]:
         """The metric names this set declares."""
@@ -108,4 +135,6 @@ class GatewayMetrics:
             self.health_skips, self.capability_skips, self.fallback_blocked,
             self.retry_after_honored, self.overrides_active, self.override_oldest_age,
             self.routability_resends, self.routability_resend_seconds, self.gateway_overhead,
-            self.endpoint_state, self.quota_percent, self.budget_spend_usd))
+            self.endpoint_state, self.quota_percent, self.budget_spend_usd,
+            self.ledger_queue_depth, self.ledger_lag, self.ledger_batch_size,
+            self.ledger_write_seconds, self.ledger_lost))

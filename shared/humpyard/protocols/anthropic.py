@@ -93,7 +93,9 @@ def encode_usage(usage: Any) -> dict:
     """OpenAI ``usage`` → Anthropic usage; missing or odd values count as 0.
 
     Cached prompt tokens (``prompt_tokens_details.cached_tokens``) become
-    ``cache_read_input_tokens`` and are left out of ``input_tokens``, as
+    ``cache_read_input_tokens`` and cache writes (``cache_creation_input_tokens``,
+    as ``anthropic_upstream.chat_usage`` keeps them) stay
+    ``cache_creation_input_tokens``; both are left out of ``input_tokens``, as
     Anthropic counts them.
     """
     usage = usage if isinstance(usage, dict) else {}
@@ -103,13 +105,16 @@ def encode_usage(usage: Any) -> dict:
 
     details = usage.get("prompt_tokens_details")
     cached = count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+    written = count(usage.get("cache_creation_input_tokens"))
     prompt = count(usage.get("prompt_tokens"))
     out = {
-        "input_tokens": max(prompt - cached, 0),
+        "input_tokens": max(prompt - cached - written, 0),
         "output_tokens": count(usage.get("completion_tokens")),
     }
     if cached:
         out["cache_read_input_tokens"] = cached
+    if written:
+        out["cache_creation_input_tokens"] = written
     return out
 
 

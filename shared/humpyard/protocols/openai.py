@@ -11,19 +11,34 @@ from typing import Any
 
 from humpyard.errors import RequestError
 
+MAX_MODEL_CHARS = 256
 MAX_MESSAGES = 10_000
 MAX_TOOLS = 512
 MAX_TOKENS_LIMIT = 10_000_000
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 
+def check_name(field: str, value: Any, limit: int = MAX_MODEL_CHARS) -> str:
+    """``value`` if it is a name the gateway may log, label and match on: a
+    non-empty string of at most ``limit`` characters without control characters
+    (nor Unicode line or paragraph separators); else ``RequestError`` naming
+    ``field`` and the limit."""
+    if not isinstance(value, str) or not value:
+        raise RequestError(f"{field}: required, a non-empty string")
+    if len(value) > limit:
+        raise RequestError(f"{field}: at most {limit} characters, got {len(value)}")
+    for i, c in enumerate(value):
+        if c < "\x20" or "\x7f" <= c <= "\x9f" or c in "\u2028\u2029":
+            raise RequestError(f"{field}: control characters are not allowed "
+                               f"(U+{ord(c):04X} at character {i})")
+    return value
+
+
 def validate_chat(body: Any) -> dict[str, Any]:
     """Return ``body`` if it is a usable chat request, else raise ``RequestError``."""
     if not isinstance(body, dict):
         raise RequestError("request body must be a JSON object")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise RequestError("model: required, a non-empty string")
+    check_name("model", body.get("model"))
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RequestError("messages: required, a non-empty array")

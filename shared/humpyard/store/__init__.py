@@ -16,7 +16,14 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from humpyard.clock import Clock
-from humpyard.store.base import LedgerStore, LiveStateStore, OverrideStore, QuotaStore, Store
+from humpyard.store.base import (
+    LedgerBatch,
+    LedgerStore,
+    LiveStateStore,
+    OverrideStore,
+    QuotaStore,
+    Store,
+)
 from humpyard.store.memory import MemoryStore
 from humpyard.store.writer import BackgroundWriter, run
 
@@ -24,8 +31,8 @@ if TYPE_CHECKING:
     from humpyard.store.sqlite import SQLiteStore
 
 __all__ = [
-    "BackgroundWriter", "LedgerStore", "LiveStateStore", "MemoryStore", "OverrideStore",
-    "QuotaStore", "SQLiteStore", "Store", "open_store", "run",
+    "BackgroundWriter", "LedgerBatch", "LedgerStore", "LiveStateStore", "MemoryStore",
+    "OverrideStore", "QuotaStore", "SQLiteStore", "Store", "open_store", "run",
 ]
 
 

@@ -20,11 +20,29 @@ so callers may mutate it freely.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from humpyard.planning.types import Override
 
 Decision = dict[str, Any]
+
+
+@dataclass(slots=True)
+class LedgerBatch:
+    """What the ledger writer hands a store in one ``write_batch`` call.
+
+    ``decisions`` in submission order; ``spend`` maps ``(key_id, period)`` to
+    the USD to add (the writer has already summed the adds of one key and
+    period, so each pair appears once).
+    """
+
+    decisions: list[Decision] = field(default_factory=list)
+    spend: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        """Items in the batch: decisions plus spend totals."""
+        return len(self.decisions) + len(self.spend)
 
 
 class LedgerStore(Protocol):
@@ -58,6 +76,21 @@ class LedgerStore(Protocol):
         ``usage`` row of kind ``answer`` is written. A second decision with
         the same ``request_id`` raises ``ConflictError`` and changes nothing,
         so a retried write never double-counts.
+        """
+        ...
+
+    def write_batch(self, batch: LedgerBatch) -> None:
+        """Write everything in ``batch``: its decisions (each with its usage row and
+        stats, as ``append_decision`` does) and its spend adds.
+
+        A decision whose ``request_id`` is already recorded, or appears earlier
+        in the same batch, is skipped: never counted twice, and never a reason
+        to fail the rest. The whole batch is validated before anything is
+        written: a decision ``append_decision`` would refuse, or a spend amount
+        ``add_spend`` would refuse, raises ``ValueError`` naming it and writes
+        nothing, so the caller may retry the other items. A backend failure
+        raises ``StoreError``; SQLite writes the batch in one transaction, so
+        then nothing of it was written.
         """
         ...
 

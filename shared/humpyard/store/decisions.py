@@ -11,7 +11,7 @@ import base64
 import binascii
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,6 +127,16 @@ def decision_row(decision: Mapping[str, Any]) -> DecisionRow:
         attempts=_attempts(decision.get("attempts")),
         body=body,
     )
+
+
+def batch_rows(decisions: Iterable[Mapping[str, Any]]) -> list[DecisionRow]:
+    """``decision_row`` of each decision, in order, without repeated request ids
+    (the first one wins). Raises ``ValueError`` naming the first unusable one."""
+    rows: dict[str, DecisionRow] = {}
+    for decision in decisions:
+        row = decision_row(decision)
+        rows.setdefault(row.request_id, row)
+    return list(rows.values())
 
 
 def page_limit(limit: int) -> int:

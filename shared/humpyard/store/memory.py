@@ -18,6 +18,7 @@ from humpyard.errors import ConflictError, StoreError
 from humpyard.planning.types import Override
 from humpyard.store import aggregates as agg
 from humpyard.store import decisions as dec
+from humpyard.store.base import LedgerBatch
 from humpyard.store.live import LiveState, LiveStateDelegate
 from humpyard.store.rows import (
     audit_entry,
@@ -78,16 +79,30 @@ class MemoryStore(LiveStateDelegate):
         with self._locked():
             if row.request_id in self._decisions:
                 raise ConflictError(f"decision {row.request_id} is already recorded")
-            self._decisions[row.request_id] = row
-            if row.has_usage:
-                self._usage[row.request_id] = row.ts
-            hour = agg.hour_of(row.ts)
-            for (dim, gkey), share in agg.contributions(row).items():
-                self._stats.setdefault((dim, hour, gkey), agg.Aggregate()).merge(share)
-            if self._max_decisions is not None and len(self._decisions) > self._max_decisions:
-                oldest = next(iter(self._decisions))
-                del self._decisions[oldest]
-                self._usage.pop(oldest, None)
+            self._insert(row)
+
+    def write_batch(self, batch: LedgerBatch) -> None:
+        rows = dec.batch_rows(batch.decisions)
+        spend = [(key, check_usd(usd)) for key, usd in batch.spend.items()]
+        with self._locked():
+            for row in rows:
+                if row.request_id not in self._decisions:
+                    self._insert(row)
+            for key, usd in spend:
+                self._spend[key] = self._spend.get(key, 0.0) + usd
+
+    def _insert(self, row: dec.DecisionRow) -> None:
+        """Record a new decision with its usage and stats (under the lock)."""
+        self._decisions[row.request_id] = row
+        if row.has_usage:
+            self._usage[row.request_id] = row.ts
+        hour = agg.hour_of(row.ts)
+        for (dim, gkey), share in agg.contributions(row).items():
+            self._stats.setdefault((dim, hour, gkey), agg.Aggregate()).merge(share)
+        if self._max_decisions is not None and len(self._decisions) > self._max_decisions:
+            oldest = next(iter(self._decisions))
+            del self._decisions[oldest]
+            self._usage.pop(oldest, None)
 
     def list_decisions(
         self, *, route: str | None = None, rule: str | None = None,

@@ -9,6 +9,7 @@ from typing import Any
 from humpyard.errors import ConflictError
 from humpyard.store import aggregates as agg
 from humpyard.store import decisions as dec
+from humpyard.store.base import LedgerBatch
 from humpyard.store.rows import check_usd
 from humpyard.store.sqlite_base import SQLiteBase
 
@@ -34,32 +35,63 @@ _UPSERT_LATENCY = """INSERT INTO stats_latency (dim, hour, gkey, bucket, count)
     ON CONFLICT (dim, hour, gkey, bucket) DO UPDATE SET count = count + excluded.count"""
 
 _ADD_SPEND = """INSERT INTO spend (key_id, period, usd) VALUES (?, ?, ?)
-    ON CONFLICT (key_id, period) DO UPDATE SET usd = usd + excluded.usd
-    RETURNING usd"""
+    ON CONFLICT (key_id, period) DO UPDATE SET usd = usd + excluded.usd"""
+
+# One statement for the whole batch, so a batch without repeats costs one step.
+_RECORDED = """SELECT request_id FROM decisions
+    WHERE request_id IN (SELECT value FROM json_each(?))"""
 
 
 def write_stats(conn: sqlite3.Connection, row: dec.DecisionRow) -> None:
     """Add one decision to its hourly buckets (inside the caller's transaction)."""
-    hour = agg.hour_of(row.ts)
-    shares = agg.contributions(row).items()
+    write_bucket_totals(conn, agg.bucket_totals((row,)))
+
+
+def write_bucket_totals(conn: sqlite3.Connection,
+                        totals: dict[tuple[str, int, str], agg.Aggregate]) -> None:
+    """Add summed shares to their hourly buckets (inside the caller's transaction)."""
+    shares = totals.items()
     conn.executemany(_UPSERT_BUCKET, [
         (dim, hour, gkey, a.requests, a.failures, a.cost_usd, a.input_tokens, a.output_tokens)
-        for (dim, gkey), a in shares])
+        for (dim, hour, gkey), a in shares])
     conn.executemany(_UPSERT_LATENCY, [
-        (dim, hour, gkey, bucket, n) for (dim, gkey), a in shares for bucket, n in a.hist.items()])
+        (dim, hour, gkey, bucket, n)
+        for (dim, hour, gkey), a in shares for bucket, n in a.hist.items()])
+
+
+def _decision_params(row: dec.DecisionRow) -> tuple[Any, ...]:
+    return (row.request_id, row.ts, row.route, row.rule, row.outcome, row.key_id, row.status,
+            row.target, row.provider, row.prompt_tokens, row.latency_ms, row.cost_usd, row.body)
 
 
 class SQLiteLedger(SQLiteBase):
     """Decisions with their usage rows and stats, written in one transaction."""
 
+    def write_batch(self, batch: LedgerBatch) -> None:
+        rows = dec.batch_rows(batch.decisions)
+        spend = [(key_id, period, check_usd(usd)) for (key_id, period), usd in
+                 batch.spend.items()]
+        if not rows and not spend:
+            return
+        with self._tx() as conn:
+            if rows:
+                ids = json.dumps([r.request_id for r in rows])
+                recorded = {rid for (rid,) in conn.execute(_RECORDED, (ids,))}
+                if recorded:
+                    rows = [r for r in rows if r.request_id not in recorded]
+                conn.executemany(_INSERT_DECISION, [_decision_params(r) for r in rows])
+                conn.executemany(_INSERT_USAGE, [
+                    (r.request_id, r.input_tokens, r.output_tokens, r.cost_usd, r.ts)
+                    for r in rows if r.has_usage])
+                write_bucket_totals(conn, agg.bucket_totals(rows))
+            if spend:
+                conn.executemany(_ADD_SPEND, spend)
+
     def append_decision(self, decision: dict[str, Any]) -> None:
         row = dec.decision_row(decision)
         with self._tx() as conn:
             try:
-                conn.execute(_INSERT_DECISION, (
-                    row.request_id, row.ts, row.route, row.rule, row.outcome, row.key_id,
-                    row.status, row.target, row.provider, row.prompt_tokens, row.latency_ms,
-                    row.cost_usd, row.body))
+                conn.execute(_INSERT_DECISION, _decision_params(row))
             except sqlite3.IntegrityError as exc:
                 raise ConflictError(f"decision {row.request_id} is already recorded") from exc
             if row.has_usage:
@@ -105,7 +137,8 @@ class SQLiteLedger(SQLiteBase):
     def add_spend(self, key_id: str, period: str, usd: float) -> float:
         usd = check_usd(usd)
         with self._tx() as conn:
-            return float(conn.execute(_ADD_SPEND, (key_id, period, usd)).fetchone()[0])
+            return float(conn.execute(_ADD_SPEND + " RETURNING usd",
+                                      (key_id, period, usd)).fetchone()[0])
 
     def get_spend(self, key_id: str, period: str) -> float:
         return self.spend_for({key_id: period})[key_id]

@@ -136,8 +136,8 @@ class TieredRouter:
 def switchyard_headers(headers: Mapping[str, str], session_id: str | None) -> dict[str, str]:
     """The headers Switchyard sees: only the gateway's session, never the client's own.
 
-    The gateway resolves the session with its own precedence (DESIGN
-    "Sessions", which Switchyard's differs from) and validation; credentials
+    The gateway resolves the session with its own precedence and validation
+    (docs/routing.md, "Sessions"), which differ from Switchyard's; credentials
     and the rest stay out of the engine.
     """
     if not session_id:

@@ -111,6 +111,11 @@ def test_gateway_metrics_names_labels_and_kinds() -> None:
         "endpoint_state": ("humpyard_endpoint_state", Gauge, ("endpoint", "state")),
         "quota_percent": ("humpyard_quota_percent", Gauge, ("provider", "window")),
         "budget_spend_usd": ("humpyard_budget_spend_usd", Gauge, ("key",)),
+        "ledger_queue_depth": ("humpyard_ledger_queue_depth", Gauge, ()),
+        "ledger_lag": ("humpyard_ledger_lag_seconds", Gauge, ()),
+        "ledger_batch_size": ("humpyard_ledger_batch_size", Histogram, ()),
+        "ledger_write_seconds": ("humpyard_ledger_write_seconds", Histogram, ()),
+        "ledger_lost": ("humpyard_ledger_lost_total", Counter, ("kind", "reason")),
     }
     for attr, (name, kind, labels) in expected.items():
         metric = getattr(gm, attr)

@@ -1,4 +1,4 @@
-"""infra/prometheus/humpyard-rules.yml: parses, names the three alerts, uses real metrics."""
+"""infra/prometheus/humpyard-rules.yml: parses, names its alerts, uses real metrics."""
 
 from __future__ import annotations
 
@@ -30,6 +30,15 @@ def test_the_three_alerts_are_defined_with_annotations() -> None:
                         long_["expr"].strip())
     assert "[10m]" in rules["HumpyardHighFailureRate"]["expr"]
     assert "0.2" in rules["HumpyardHighFailureRate"]["expr"]
+
+
+def test_the_ledger_alerts_fire_on_a_lagging_or_losing_writer() -> None:
+    rules = {r["alert"]: r for r in load_rules()}
+    lag = rules["HumpyardLedgerLagging"]
+    assert re.fullmatch(r"humpyard_ledger_lag_seconds > 5", lag["expr"].strip())
+    assert lag["for"] == "30s" and lag["labels"]["severity"] == "critical"
+    lost = rules["HumpyardLedgerLost"]["expr"]
+    assert "increase(humpyard_ledger_lost_total[5m])" in lost and lost.strip().endswith("> 0")
 
 
 def test_every_metric_used_is_declared_by_gateway_metrics() -> None:

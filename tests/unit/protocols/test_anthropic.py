@@ -62,13 +62,13 @@ def test_system_string_becomes_leading_system_message():
     assert out["messages"][1]["role"] == "user"
 
 
-def test_system_text_blocks_are_joined_and_cache_control_ignored():
+def test_system_text_blocks_are_joined_and_cache_control_dropped_with_a_note():
     out, notes = decode(system=[
         {"type": "text", "text": "one", "cache_control": {"type": "ephemeral"}},
         {"type": "text", "text": "two"},
     ])
     assert out["messages"][0] == {"role": "system", "content": "one\ntwo"}
-    assert notes == []
+    assert notes == ["cache_control dropped: the upstream takes no prompt-caching marks"]
 
 
 def test_empty_system_adds_no_message():
@@ -117,10 +117,13 @@ def test_sampling_and_options():
     assert out["top_p"] == 0.9
     assert "top_k" not in out
     assert out["stop"] == ["END", "###"]
-    assert out["user"] == "u-1"
+    assert "user" not in out  # client identifiers are not forwarded unless asked
     assert out["stream"] is True
     assert out["stream_options"] == {"include_usage": True}
-    assert notes == ["top_k dropped: the upstream takes no top_k parameter"]
+    assert notes == ["top_k dropped: the upstream takes no top_k parameter",
+                     "metadata.user_id not forwarded: client identifiers stay at the gateway"]
+    forwarded, _ = decode_request(body(metadata={"user_id": "u-1"}), forward_user=True)
+    assert forwarded["user"] == "u-1"
 
 
 def test_stream_false_has_no_stream_options():
@@ -129,10 +132,10 @@ def test_stream_false_has_no_stream_options():
     assert "stream_options" not in out
 
 
-def test_thinking_is_dropped_with_a_note():
+def test_thinking_budget_becomes_a_reasoning_effort_with_a_note():
     out, notes = decode(thinking={"type": "enabled", "budget_tokens": 2048})
-    assert "thinking" not in out and "reasoning_effort" not in out
-    assert notes == ["thinking dropped: the upstream takes no thinking parameter"]
+    assert "thinking" not in out and out["reasoning_effort"] == "low"
+    assert notes == ["thinking/effort sent as reasoning_effort 'low'"]
     assert decode(thinking={"type": "disabled"})[1] == []
 
 
@@ -301,8 +304,10 @@ def test_top_level_validation_names_the_field(change, message):
 
 @pytest.mark.parametrize(("messages", "message"), [
     (["hi"], "messages[0]: must be an object"),
-    ([{"role": "system", "content": "x"}],
-     "messages[0].role: must be 'user' or 'assistant', got 'system'"),
+    ([{"role": "tool", "content": "x"}],
+     "messages[0].role: must be 'user', 'assistant' or 'system', got 'tool'"),
+    ([{"role": "user", "content": "a"}, {"role": "system", "content": [{"type": "image"}]}],
+     "messages[1].content[0].type: must be 'text' in a system message, got 'image'"),
     ([{"role": "user"}], "messages[0].content: required"),
     ([{"role": "user", "content": 5}],
      "messages[0].content: must be a string or a list of content blocks"),

@@ -68,7 +68,7 @@ class Harness:
         self.clock = FakeClock(start=START)
         self.store = FakeQuotaStore()
         self.upstream = Upstream()
-        self.metrics = GatewayMetrics(Metrics(self.clock))
+        self.metrics = GatewayMetrics(Metrics())
         self.client = httpx.AsyncClient(transport=httpx.MockTransport(self.upstream))
         self.poller = QuotaPoller(config or make_config(), self.store, self.clock, self.client,
                                   self.metrics, cost_since=cost_since, timeout=timeout,

@@ -1,0 +1,133 @@
+"""The intake both client protocols share: one request in, one answer out.
+
+A client path (``/v1/chat/completions``, ``/v1/messages``) is a ``ClientPath``:
+a plain ASGI app (no Starlette ``Request``/``Response``, which are most of a
+request's framework cost: docs/decisions/0003-performance.md) around a
+``ClientProtocol``, the part that differs between protocols (decoding the
+body to an OpenAI chat request, encoding the answer and its stream, the
+error shape). ``take`` does the rest, the same for every protocol:
+
+1. open the request's record (``recording``) — every request leaves exactly
+   one decision, however it ends;
+2. read the headers, authenticate, read the body within ``max_body_bytes``;
+3. decode it with the protocol, then ``flow.serve`` plans and executes it;
+4. send the answer (or the stream) encoded by the protocol, with the
+   ``x-humpyard-*`` headers; an error is answered in the protocol's shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.types import Receive, Scope, Send
+
+from humpyard.errors import HumpyardError
+from humpyard.flow import serve
+from humpyard.gateway import Gateway
+from humpyard.http.body import header_dict, receive_json
+from humpyard.http.errors import error_reply, internal_reply
+from humpyard.http.reply import Reply, send_reply, send_stream
+from humpyard.keys import authenticate
+from humpyard.protocols.openai import validate_chat
+from humpyard.protocols.sse import SSEEvent
+from humpyard.recording import recording
+from humpyard.records import Call, Served, new_request_id
+
+log = logging.getLogger("humpyard.http")
+
+Headers = dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class ClientProtocol:
+    """What one client protocol brings to the intake.
+
+    - ``name``: recorded as the decision's ``protocol``;
+    - ``decode(body) -> (chat_body, notes)``: the request as an OpenAI chat
+      body, and notes on what could not be carried (``RequestError`` if malformed);
+    - ``answer(call, served, headers) -> Reply``: a buffered answer;
+    - ``stream(call, events) -> bytes``: the upstream's event batches, encoded;
+      a failure after the first content ends the stream with the protocol's
+      own error event (the record learns of it underneath);
+    - ``errors``: the error body shape, ``"openai"`` or ``"anthropic"``.
+    """
+
+    name: str
+    decode: Callable[[Any], tuple[dict[str, Any], list[str]]]
+    answer: Callable[[Call, Served, Headers], Reply]
+    stream: Callable[[Call, AsyncIterator[list[SSEEvent]]], AsyncIterator[bytes]]
+    errors: str = "openai"
+
+
+def route_headers(call: Call, served: Served | None) -> Headers:
+    """The x-humpyard-* response headers for what is known so far.
+
+    Every value is a name from the configuration or the gateway's own (never a
+    model name the client sent: an unknown model gets no route header)."""
+    h = {"x-humpyard-request-id": call.request_id}
+    plan = call.plan
+    if plan is not None and plan.route in call.config.routes:
+        h["x-humpyard-route"] = plan.route
+        h["x-humpyard-rule"] = plan.rule
+    if served is not None:
+        h["x-humpyard-target"] = served.target
+        h["x-humpyard-provider"] = served.endpoint.provider
+    return h
+
+
+async def take(gw: Gateway, protocol: ClientProtocol, scope: Scope, receive: Receive,
+               send: Send) -> None:
+    """Serve one client request end to end; see the module docstring."""
+    state = scope.get("state")
+    rid = (state.get("humpyard_request_id") if state else None) or new_request_id()
+    call = Call(request_id=rid, config=gw.config, key=None, headers={}, body={},
+                protocol=protocol.name, ts=gw.clock.now())
+    try:
+        async with recording(gw, call) as rec:
+            call.headers = header_dict(scope["headers"])
+            call.key = authenticate(call.config.keys, call.headers)
+            body = await receive_json(receive, call.headers.get("content-length"),
+                                      call.config.max_body_bytes)
+            if isinstance(body, dict):
+                call.body = body  # what the record shows if decoding fails
+            chat_body, call.notes = protocol.decode(body)
+            call.body = validate_chat(chat_body)
+            served = await serve(gw, call)
+            headers = route_headers(call, served)
+            if served.events is not None:
+                events = rec.watch(served)
+                rec.replying = True
+                try:
+                    return await send_stream(send, receive, headers,
+                                             protocol.stream(call, events))
+                finally:  # however the stream ended: the upstream released, the record told
+                    await events.aclose()
+            rec.answered(served)
+            reply = protocol.answer(call, served, headers)
+            if gw.record_before_reply:  # the instance may freeze once the answer is out
+                rec.close(status=200)
+            rec.replying = True
+            await send_reply(send, reply)
+    except HumpyardError as e:
+        if rec.replying:
+            raise
+        await send_reply(send, error_reply(e, shape=protocol.errors,
+                                           headers=route_headers(call, None)))
+    except Exception as e:  # noqa: BLE001 - answered as a 500, logged with its trace
+        if rec.replying:
+            raise  # the answer is out (or the client gone): nothing more to send
+        await send_reply(send, internal_reply(e, shape=protocol.errors,
+                                              headers={"x-humpyard-request-id": rid}))
+
+
+class ClientPath:
+    """A client path as a plain ASGI app serving ``protocol``; the gateway is the app's."""
+
+    def __init__(self, protocol: ClientProtocol):
+        self.protocol = protocol
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await take(scope["app"].state.gateway, self.protocol, scope, receive, send)

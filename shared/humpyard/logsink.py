@@ -1,0 +1,79 @@
+"""Where a long-running process's log lines go: stderr, through a buffer.
+
+``humpyard serve`` logs one line per request (``recording.py``). Python's
+``StreamHandler`` flushes after every record, which is a system call per
+request, and its ``Formatter`` formats the time afresh for every record; both
+are a sizeable share of the gateway's own work per request
+(docs/decisions/0003-performance.md, "Round 3"). ``BufferedStderr`` keeps lines
+in a 64 KiB buffer that is written when it fills, at once for a WARNING or
+worse, and by ``flush_periodically`` (every ``FLUSH_SECS``) and at exit, so an
+INFO line reaches the log within a quarter of a second. ``LineFormatter``
+formats the time once per second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import time
+
+FLUSH_SECS = 0.25
+BUFFER_BYTES = 64 * 1024
+FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+class LineFormatter(logging.Formatter):
+    """``FORMAT`` with the time string computed once per second of wall time."""
+
+    def __init__(self) -> None:
+        super().__init__(FORMAT)
+        self._second = -1
+        self._stamp = ""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+        second = int(record.created)
+        if second != self._second:
+            self._second = second
+            self._stamp = time.strftime("%Y-%m-%d %H:%M:%S", self.converter(record.created))
+        return f"{self._stamp},{int(record.msecs):03d}"
+
+
+class BufferedStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """stderr (file descriptor 2) through a buffer; see the module docstring."""
+
+    def __init__(self, fd: int = 2) -> None:
+        raw = io.FileIO(fd, "w", closefd=False)
+        super().__init__(io.TextIOWrapper(io.BufferedWriter(raw, BUFFER_BYTES),
+                                          encoding="utf-8", errors="backslashreplace"))
+        self.setFormatter(LineFormatter())
+
+    def flush(self) -> None:
+        """Called by ``emit`` after every record: nothing to do until ``drain``."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        super().emit(record)
+        if record.levelno >= logging.WARNING:
+            self.drain()
+
+    def drain(self) -> None:
+        """Write what the buffer holds."""
+        with self.lock:  # type: ignore[union-attr]
+            try:
+                self.stream.flush()
+            except (OSError, ValueError):  # stderr closed: nothing to write to
+                pass
+
+    def close(self) -> None:
+        self.drain()
+        super().close()
+
+
+async def flush_periodically(handler: BufferedStderr) -> None:
+    """Drain ``handler`` every ``FLUSH_SECS`` until cancelled (then once more)."""
+    try:
+        while True:
+            await asyncio.sleep(FLUSH_SECS)
+            handler.drain()
+    finally:
+        handler.drain()

@@ -1,0 +1,176 @@
+"""The one owner of a request's decision record.
+
+The intake opens the record as soon as a request arrives::
+
+    async with recording(gw, call) as rec:
+        ...  # authenticate, decode, serve, send the answer
+
+and whatever happens inside the block — an answer sent, a stream ended or
+broken, a refusal, an error, the client gone — the record is written exactly
+once, when the block ends (or earlier, with ``rec.close``, where the answer
+must wait for it: ``gw.record_before_reply`` in Lambda). Closing builds the
+decision (``ledger/decision.py``), hands it to the store's writer, adds the
+request's spend to its key's budget, and moves the per-request metrics.
+Recording never raises: a failure to record is logged, never answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from humpyard.errors import HumpyardError, UpstreamError
+from humpyard.gateway import Gateway
+from humpyard.ledger.decision import build_decision
+from humpyard.ledger.periods import period_key
+from humpyard.planning.types import Plan
+from humpyard.records import Call, Served
+
+log = logging.getLogger("humpyard.request")
+
+CLIENT_GONE = HumpyardError("the client went away before the answer was complete",
+                            status=499, code="client_closed")
+INTERNAL = HumpyardError("internal error; see the gateway log")
+
+
+class Recording:
+    """The open record of one ``Call``; ``close`` writes it, once.
+
+    ``answered(served)`` marks a buffered answer ready (its latency is taken
+    then); ``watch(served)`` wraps a stream so the record learns whether it
+    broke and the upstream connection is released when it ends.
+    """
+
+    __slots__ = ("gw", "call", "served", "stream_error", "replying", "closed")
+
+    def __init__(self, gw: Gateway, call: Call) -> None:
+        self.gw = gw
+        self.call = call
+        self.served: Served | None = None
+        self.stream_error: str | None = None
+        self.replying = False  # the answer is being sent: a failure now is the client's
+        self.closed = False
+
+    def answered(self, served: Served) -> None:
+        """A target answered ``served`` (buffered: its latency ends now)."""
+        self.served = served
+        self.call.attempts = served.attempts
+        if served.events is None:
+            self.call.answered = time.perf_counter()
+
+    async def watch(self, served: Served) -> AsyncGenerator[Any, None]:
+        """``served.events``, relayed; a break is noted for the record, the upstream
+        connection is released at the end, and in Lambda the record is written
+        before the stream's last bytes go out."""
+        self.answered(served)
+        events = served.events
+        assert events is not None
+        try:
+            async for batch in events:
+                yield batch
+        except HumpyardError as e:
+            self.stream_error = e.message
+            raise
+        except Exception as e:  # a transport failure after the first content
+            self.stream_error = str(e) or type(e).__name__
+            raise
+        finally:
+            await served.aclose()
+            if self.gw.record_before_reply:
+                self.close(status=200)
+
+    async def __aenter__(self) -> Recording:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, e: BaseException | None,
+                        tb: object) -> None:
+        if e is None or self.replying:
+            self.close(status=200)  # the block sent the answer: recording never delays it
+        elif isinstance(e, HumpyardError):
+            self.close(status=e.status, error=e)
+        elif isinstance(e, asyncio.CancelledError):
+            self.close(status=CLIENT_GONE.status, error=CLIENT_GONE)
+        else:
+            self.close(status=500, error=INTERNAL)
+
+    def close(self, *, status: int, error: HumpyardError | None = None) -> None:
+        """Write the decision, spend and metrics, once; later calls do nothing. Never raises."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            _write(self.gw, self.call, status, self.served, error, self.stream_error)
+        except Exception:  # recording must never break a response
+            log.exception("could not record decision request_id=%s", self.call.request_id)
+
+
+def recording(gw: Gateway, call: Call) -> Recording:
+    """Open ``call``'s record: ``async with recording(gw, call) as rec: ...``.
+
+    The record is written when the block ends, however it ends: a
+    ``HumpyardError`` is recorded with its status, any other exception as a
+    500, a cancellation (the client gone, the server stopping) as 499, and
+    the exception then propagates. A block that ends normally, or fails while
+    the answer is being sent (``replying``: the answer was given, the client
+    is gone), records 200 with what ``answered``/``watch`` saw.
+    """
+    return Recording(gw, call)
+
+
+def _write(gw: Gateway, call: Call, status: int, served: Served | None,
+           error: HumpyardError | None, stream_error: str | None) -> None:
+    latency_ms = ((call.answered or time.perf_counter()) - call.started) * 1000
+    usage = dict(served.usage) if served else {}
+    cost = 0.0
+    if served is not None and usage:
+        cost = served.endpoint.cost_usd(int(usage.get("prompt_tokens", 0) or 0),
+                                        int(usage.get("completion_tokens", 0) or 0))
+    decision = build_decision(call, status=status, served=served, error=error,
+                              stream_error=stream_error, latency_ms=latency_ms, cost_usd=cost)
+    gw.writer.submit_decision(decision)
+    if cost and call.key is not None and call.key.budget is not None:
+        gw.add_spend(call.key.id, period_key(call.key.budget.period, call.ts), cost)
+    _count(gw, call, decision, status, error, latency_ms)
+
+
+def _count(gw: Gateway, call: Call, decision: dict[str, Any], status: int,
+           error: HumpyardError | None, latency_ms: float) -> None:
+    m = gw.metrics
+    plan = call.plan
+    if plan is not None:
+        _count_removals(gw, plan)
+        if isinstance(error, UpstreamError) and plan.removed("classes"):
+            m.fallback_blocked.inc(route=plan.route)
+    route = decision.get("route") or "-"
+    target = decision.get("target") or "-"
+    m.requests.inc(route=route, target=target, status=str(status))
+    m.request_duration.observe(latency_ms / 1000, route=route)
+    upstream_ms = sum(a.latency_ms or 0 for a in call.attempts)
+    if not call.facts or not call.facts.stream:
+        m.gateway_overhead.observe(max(0.0, latency_ms - upstream_ms) / 1000)
+    for a in call.attempts:
+        if not a.skipped:
+            m.upstream_attempts.inc(target=a.target, provider=a.provider,
+                                    outcome="ok" if a.failure_class is None
+                                    else a.failure_class)
+    if decision["outcome"] in ("failed", "stream_broken"):
+        log.warning("request failed request_id=%s route=%s rule=%s target=%s provider=%s "
+                    "status=%s ms=%.1f outcome=%s error=%s", call.request_id, route,
+                    decision.get("rule") or "-", target, decision.get("provider") or "-",
+                    status, latency_ms, decision["outcome"], decision.get("error"))
+    elif call.config.log_requests and log.isEnabledFor(logging.INFO):
+        log.info("request request_id=%s route=%s rule=%s target=%s provider=%s status=%s "
+                 "ms=%.1f outcome=%s", call.request_id, route, decision.get("rule") or "-",
+                 target, decision.get("provider") or "-", status, latency_ms,
+                 decision["outcome"])
+
+
+def _count_removals(gw: Gateway, plan: Plan) -> None:
+    for r in plan.removals:
+        if r.step == "health":
+            gw.metrics.health_skips.inc(route=plan.route, target=r.target)
+        elif r.step == "capability":
+            gw.metrics.capability_skips.inc(route=plan.route, target=r.target, reason=r.reason)

@@ -1,0 +1,229 @@
+"""Every metric the gateway declares is recorded: a scenario for each makes it move.
+
+``SCENARIOS`` maps each declared metric to the test below that drives it
+through a real gateway on a real port and reads ``GET /metrics``; a metric
+declared without a scenario (or a scenario for one that is gone) fails
+``test_every_declared_metric_has_a_scenario``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+
+from humpyard.clock import FakeClock
+from humpyard.metrics import GatewayMetrics, Metrics
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.gateway import Running, running_gateway
+from tests.support.servers import closed_port_url
+from tests.support.steps import ok, status
+
+MSG = [{"role": "user", "content": "hi"}]
+SERIES = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
+
+SCENARIOS = {
+    "humpyard_requests_total": "test_a_served_request",
+    "humpyard_request_duration_seconds": "test_a_served_request",
+    "humpyard_upstream_attempts_total": "test_a_served_request",
+    "humpyard_target_latency_seconds": "test_a_served_request",
+    "humpyard_gateway_overhead_seconds": "test_a_served_request",
+    "humpyard_endpoint_state": "test_a_stated_retry_time_cools_and_skips",
+    "humpyard_retry_after_honored_total": "test_a_stated_retry_time_cools_and_skips",
+    "humpyard_health_skips_total": "test_a_stated_retry_time_cools_and_skips",
+    "humpyard_capability_skips_total": "test_a_declared_capability_removes_a_target",
+    "humpyard_fallback_blocked_total": "test_a_strict_route_blocks_a_fallback",
+    "humpyard_overrides_active": "test_an_override_is_counted_and_aged",
+    "humpyard_override_oldest_age_seconds": "test_an_override_is_counted_and_aged",
+    "humpyard_routability_resends_total": "test_a_refused_endpoint_is_redialled",
+    "humpyard_routability_resend_seconds": "test_a_refused_endpoint_is_redialled",
+    "humpyard_quota_percent": "test_a_quota_poll_sets_the_percent",
+    "humpyard_budget_spend_usd": "test_spend_is_shown_against_the_budget",
+    "humpyard_ledger_queue_depth": "test_a_served_request",
+    "humpyard_ledger_lag_seconds": "test_a_served_request",
+    "humpyard_ledger_batch_size": "test_a_served_request",
+    "humpyard_ledger_write_seconds": "test_a_served_request",
+    "humpyard_ledger_lost_total": "test_a_failing_store_loses_decisions_counted",
+}
+
+
+def scrape(gw: Running) -> dict[str, float]:
+    """``name{labels}`` (labels as written) → value, for every series."""
+    with gw.client(**gw._auth) as c:
+        r = c.get("/metrics")
+    assert r.status_code == 200
+    out: dict[str, float] = {}
+    for line in r.text.splitlines():
+        m = SERIES.match(line)
+        if m:
+            out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+    return out
+
+
+def chat(gw: Running, model: str, **extra: object) -> httpx.Response:
+    with gw.client() as c:
+        return c.post("/v1/chat/completions", json={"model": model, "messages": MSG, **extra})
+
+
+def providers(**urls: str) -> str:
+    return "".join(f'[providers.{name}]\nbase_url = "{url}"\n' for name, url in urls.items())
+
+
+def test_every_declared_metric_has_a_scenario() -> None:
+    assert set(SCENARIOS) == GatewayMetrics(Metrics()).names()
+    assert all(callable(globals().get(name)) for name in SCENARIOS.values())
+
+
+def test_a_served_request() -> None:
+    with FakeUpstream() as up, running_gateway(providers(p=up.url) + """
+[targets.t]
+endpoints = [{ provider = "p", model = "m" }]
+""") as gw:
+        assert chat(gw, "t").status_code == 200
+        assert gw.gw.writer.flush(5)
+        m = scrape(gw)
+    assert m['humpyard_requests_total{route="t",target="t",status="200"}'] == 1
+    assert m["humpyard_ledger_batch_size_count"] >= 1
+    assert m["humpyard_ledger_write_seconds_count"] >= 1
+    assert m["humpyard_ledger_queue_depth"] == 0 and m["humpyard_ledger_lag_seconds"] == 0
+    assert m['humpyard_request_duration_seconds_count{route="t"}'] == 1
+    assert m['humpyard_upstream_attempts_total{target="t",provider="p",outcome="ok"}'] == 1
+    assert m['humpyard_target_latency_seconds{target="t"}'] > 0
+    assert m["humpyard_gateway_overhead_seconds_count"] == 1
+    assert m['humpyard_endpoint_state{endpoint="p/m",state="healthy"}'] == 1
+    assert m['humpyard_endpoint_state{endpoint="p/m",state="cooling_down"}'] == 0
+
+
+def test_a_stated_retry_time_cools_and_skips() -> None:
+    with FakeUpstream() as bad, FakeUpstream() as good, running_gateway(
+            providers(bad=bad.url, good=good.url) + """
+[targets.first]
+endpoints = [{ provider = "bad", model = "m" }]
+[targets.second]
+endpoints = [{ provider = "good", model = "m" }]
+[routes.r]
+targets = ["first", "second"]
+""") as gw:
+        bad.script(status(429, headers={"Retry-After": "30"}))
+        assert chat(gw, "r").status_code == 200  # failed over
+        assert chat(gw, "r").status_code == 200  # first is cold: skipped
+        m = scrape(gw)
+    assert m["humpyard_retry_after_honored_total"] == 1
+    assert m['humpyard_health_skips_total{route="r",target="first"}'] == 1
+    assert m['humpyard_endpoint_state{endpoint="bad/m",state="cooling_down"}'] == 1
+    assert m['humpyard_endpoint_state{endpoint="bad/m",state="healthy"}'] == 0
+
+
+def test_a_declared_capability_removes_a_target() -> None:
+    with FakeUpstream() as up, running_gateway(providers(p=up.url) + """
+[targets.plain]
+endpoints = [{ provider = "p", model = "small", tools = false }]
+[targets.tooled]
+endpoints = [{ provider = "p", model = "big" }]
+[routes.r]
+targets = ["plain", "tooled"]
+""") as gw:
+        tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+        assert chat(gw, "r", tools=tools).status_code == 200
+        m = scrape(gw)
+    key = 'humpyard_capability_skips_total{route="r",target="plain",reason="tools_unsupported"}'
+    assert m[key] == 1
+
+
+def test_a_strict_route_blocks_a_fallback() -> None:
+    with FakeUpstream() as up, running_gateway(providers(p=up.url) + """
+[targets.mine]
+class = "private"
+endpoints = [{ provider = "p", model = "local" }]
+[targets.theirs]
+class = "public"
+endpoints = [{ provider = "p", model = "public" }]
+[routes.r]
+targets = ["mine", "theirs"]
+allowed_classes = ["private"]
+""") as gw:
+        up.script(status(500))
+        assert chat(gw, "r").status_code == 500
+        m = scrape(gw)
+    assert m['humpyard_fallback_blocked_total{route="r"}'] == 1
+
+
+def test_an_override_is_counted_and_aged() -> None:
+    clock = FakeClock()
+    with FakeUpstream() as up, running_gateway(providers(p=up.url) + """
+[targets.a]
+endpoints = [{ provider = "p", model = "m" }]
+""", clock=clock) as gw:
+        with gw.client() as c:
+            r = c.post("/v1/overrides", json={"kind": "disable_target", "subject": "a",
+                                              "reason": "test"})
+            assert r.status_code == 201
+        clock.advance(90)
+        m = scrape(gw)
+    assert m['humpyard_overrides_active{kind="disable_target"}'] == 1
+    assert m['humpyard_overrides_active{kind="pin_route"}'] == 0
+    assert m["humpyard_override_oldest_age_seconds"] == 90
+
+
+def test_a_refused_endpoint_is_redialled() -> None:
+    with running_gateway(f"""
+[providers.gone]
+base_url = "{closed_port_url()}"
+connect_retry_window_secs = 2
+[targets.t]
+endpoints = [{{ provider = "gone", model = "m" }}]
+""", clock=FakeClock()) as gw:
+        assert chat(gw, "t").status_code == 502
+        m = scrape(gw)
+    assert m['humpyard_routability_resends_total{endpoint="gone/m"}'] == 1
+    assert m["humpyard_routability_resend_seconds_count"] == 1
+
+
+def test_a_quota_poll_sets_the_percent() -> None:
+    usage = {"usage": {"rolling": {"status": "ok", "percent": 12.5,
+                                   "resetsAt": "2099-01-01T05:00:00Z"}}}
+    with FakeUpstream() as up:
+        up.default = status(200, usage)
+        with running_gateway(providers(p=up.url) + """
+quota_source = "opencode-go"
+api_key_env = "P_KEY"
+[targets.t]
+endpoints = [{ provider = "p", model = "m" }]
+""", env={"P_KEY": "k-p"}) as gw:
+            m: dict[str, float] = {}
+            for _ in range(200):  # the poller runs in the background from start-up
+                m = scrape(gw)
+                if 'humpyard_quota_percent{provider="p",window="rolling"}' in m:
+                    break
+                up.wait_for_requests(len(up.requests) + 1, timeout=0.05)
+    assert m['humpyard_quota_percent{provider="p",window="rolling"}'] == 12.5
+
+
+def test_spend_is_shown_against_the_budget() -> None:
+    with FakeUpstream() as up, running_gateway(providers(p=up.url) + """
+[targets.paid]
+endpoints = [{ provider = "p", model = "m", price = { input = 2.0, output = 8.0 } }]
+[keys.ci]
+key_env = "CI_KEY"
+budget = { usd = 10.0, period = "day" }
+""", env={"CI_KEY": "k-ci"}, admin_key="k-ci") as gw:
+        up.script(ok("hi", usage={"prompt_tokens": 1_000_000, "completion_tokens": 0}))
+        with gw.client(authorization="Bearer k-ci") as c:
+            r = c.post("/v1/chat/completions", json={"model": "paid", "messages": MSG})
+        assert r.status_code == 200
+        assert gw.gw.writer.flush(5)
+        gw.gw.invalidate()
+        m = scrape(gw)
+    assert m['humpyard_budget_spend_usd{key="ci"}'] == 2.0
+
+
+def test_a_failing_store_loses_decisions_counted() -> None:
+    with FakeUpstream() as up, running_gateway(providers(p=up.url) + """
+[targets.t]
+endpoints = [{ provider = "p", model = "m" }]
+""") as gw:
+        gw.gw.store.close()  # every write from now on fails
+        assert chat(gw, "t").status_code == 200  # the answer does not depend on the ledger
+        assert gw.gw.writer.flush(5)
+        m = scrape(gw)
+    assert m['humpyard_ledger_lost_total{kind="decision",reason="error"}'] == 1
