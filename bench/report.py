@@ -71,6 +71,10 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
         (f"SQLite ledger writer, sustained decisions/s on one core (>= 5x the {_f(rps, 0)} "
          "req/s above)", f">= {5 * rps:.0f}" if rps else ">= 5x", ledger_dps,
          (lambda v: v >= 5 * rps) if rps else (lambda v: False), "decisions/s"),
+        ("paced streams, 1,000 concurrent: added to the direct stream time (mean)", "<= 5 %",
+         _get(results, "paced", "c1000", "added_pct_mean"), lambda v: v <= 5, "%"),
+        ("paced streams, 2,000 concurrent: added to the direct stream time (mean)", "<= 5 %",
+         _get(results, "paced", "c2000", "added_pct_mean"), lambda v: v <= 5, "%"),
     ]
     out = []
     for what, goal, value, ok, unit in rows:
@@ -140,7 +144,8 @@ def markdown(results: dict[str, Any]) -> str:
                      f"{_f(s.get('rps'), 0)} | {_f(s.get('p50_ms'), 1)} / "
                      f"{_f(s.get('p99_ms'), 1)} | {errs} | {_f(mem.get('idle_mb'), 1)} | "
                      f"{_f(mem.get('peak_mb'), 1)} |")
-    lines += _planner_md(results) + _ledger_md(results) + _cold_md(results)
+    lines += (_planner_md(results) + _ledger_md(results) + _cold_md(results)
+              + _paced_md(results))
     lines += ["", "Raw numbers: `bench/results/latest.json`. How each figure is taken: "
               "`bench/README.md`.", ""]
     return "\n".join(lines)
@@ -239,3 +244,24 @@ def replace_block(readme: Path, block: str) -> bool:
         return False
     readme.write_text(pattern.sub(lambda mo: mo.group(1) + block + "\n" + mo.group(2), text))
     return True
+
+
+def _paced_md(results: dict[str, Any]) -> list[str]:
+    paced = results.get("paced")
+    if not paced:
+        return []
+    lines = ["", f"## Paced streams (a chunk every {paced.get('interval_ms', 200):.0f} ms, "
+             f"{paced.get('direct_answer_ms')} ms per answer direct)", "",
+             "| streams | server | streams/s | p50 ms | p99 ms | mean ms | added (mean) | "
+             "gateway CPU share | gateway waiting for a CPU | errors |", "|---" * 10 + "|"]
+    for key, row in paced.items():
+        if not key.startswith("c") or not isinstance(row, dict):
+            continue
+        for who in ("direct", "humpyard"):
+            d = row[who]
+            lines.append(f"| {d['streams']} | {who} | {_f(d['streams_per_s'], 1)} | "
+                         f"{_f(d['p50_ms'])} | {_f(d['p99_ms'])} | {_f(d['mean_ms'])} | "
+                         f"{_f(row['added_pct_mean'], 1) + ' %' if who != 'direct' else '–'} | "
+                         f"{_f(d.get('gateway_cpu_share'), 2)} | "
+                         f"{_f(d.get('gateway_runqueue_wait_share'), 2)} | {d['errors']} |")
+    return lines

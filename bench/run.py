@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import coldstart  # noqa: E402
 import httpload  # noqa: E402
+import paced  # noqa: E402
 import report  # noqa: E402
 import spy  # noqa: E402
 import targets as tg  # noqa: E402
@@ -236,6 +237,7 @@ def main() -> int:
     p.add_argument("--no-cold", action="store_true")
     p.add_argument("--no-planner", action="store_true")
     p.add_argument("--no-ledger", action="store_true")
+    p.add_argument("--no-paced", action="store_true", help="skip the paced-stream scenario")
     p.add_argument("--profile", action="store_true", help="py-spy humpyard under load")
     p.add_argument("--no-readme", action="store_true", help="leave README.md alone")
     a = p.parse_args()
@@ -281,6 +283,12 @@ def main() -> int:
         for make, kw in servers:
             port = free_port()
             run_server(make(tmp, sim_port, port, **kw), port, tmp, sim.pid, a, results)
+        if not a.no_paced:
+            print("paced streams ...", flush=True)
+            try:
+                results["paced"] = paced.measure([1000, 2000], 4.0 if a.quick else 8.0, tmp)
+            except Exception as e:  # noqa: BLE001 - a scenario that cannot run is a result too
+                results["paced"] = {"skipped": f"{type(e).__name__}: {e}"[:600]}
         if not peers:
             for name, label in (("litellm", "LiteLLM proxy"),
                                 ("switchyard", "Switchyard server (Rust)")):

@@ -33,7 +33,7 @@ async def _run(instance: Instance) -> dict[str, Any]:
         gw.metrics.target_latency.set(fig.ms / 1000, target=target)
     expired = gw.expire_overrides()  # the expiry audit, on this schedule (docs/routing.md)
     gw.invalidate()
-    await instance.flush()
+    await instance.flush(gauges=True)
     return {"quota_providers": len(gw.quota.providers()), "latency_targets": len(figures),
             "overrides_expired": [ov.id for ov in expired]}
 

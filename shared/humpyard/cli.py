@@ -1,4 +1,4 @@
-"""``humpyard``: serve, check, explain, simulate, demo."""
+"""``humpyard``: serve, check, explain, simulate, demo, prices."""
 
 from __future__ import annotations
 
@@ -86,7 +86,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from humpyard.demo import run_demo
-    return run_demo(args.config, args.host, args.port)
+    return run_demo(args.config, args.host, args.port, args.sim_ports, args.state_dir)
+
+
+def cmd_prices(args: argparse.Namespace) -> int:
+    from humpyard.prices.commands import run_check, run_import
+    if args.prices_command == "import":
+        return run_import(args.config, args.source, args.out, sys.stdout, sys.stderr)
+    return run_check(args.config, args.source, sys.stdout, sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -120,8 +127,30 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="simulated providers + the gateway on examples/demo.toml")
     d.add_argument("--config", default=None)
     d.add_argument("--host", default="127.0.0.1")
-    d.add_argument("--port", type=int, default=8080)
+    d.add_argument("--port", type=int, default=8080, help="the gateway's port (default 8080)")
+    d.add_argument("--sim-ports", default="0,0,0", metavar="STEADY,FLAKY,SLOW",
+                   help="the simulated providers' ports on 127.0.0.1; 0 picks a free one "
+                        "(default 0,0,0; the banner prints them)")
+    d.add_argument("--state-dir", default=None, metavar="DIR",
+                   help="where the demo writes its files (the configuration as served, the "
+                        "SQLite ledger); default $XDG_STATE_HOME/humpyard/demo, else "
+                        "~/.local/state/humpyard/demo")
     d.set_defaults(fn=cmd_demo)
+    pr = sub.add_parser("prices", help="prices, context windows and capabilities from a "
+                                       "models.dev catalogue")
+    prs = pr.add_subparsers(dest="prices_command", required=True)
+    from humpyard.prices import MODELS_DEV_URL
+    pi = prs.add_parser("import", help="write the catalogue's facts for the configured "
+                                       "endpoints to a file the configuration can include")
+    pc = prs.add_parser("check", help="list where the configuration and the catalogue "
+                                      "disagree (exit 1 if they do)")
+    for sp in (pi, pc):
+        sp.add_argument("--config", required=True)
+        sp.add_argument("--from", dest="source", default=MODELS_DEV_URL, metavar="FILE|URL",
+                        help=f"a models.dev-format catalogue (default {MODELS_DEV_URL})")
+        sp.set_defaults(fn=cmd_prices)
+    pi.add_argument("--out", default=None,
+                    help="the file to write (default prices.toml beside the configuration)")
     return p
 
 

@@ -78,12 +78,13 @@ class Gateway:
             config.ledger.path if config.ledger else None, self.clock)
         self.writer = writer or writer_for(self.store)
         self.health = health or HealthBook(health_settings(config))
-        self.client = UpstreamClient(transport)
+        self.metrics = GatewayMetrics(Metrics())
+        self.client = UpstreamClient(transport, metrics=self.metrics)
+        self.client.configure(config)
+        self.writer.use_metrics(self.metrics)
         self.readiness = ReadinessProber(self._http, self.clock,
                                          config.router.probe_interval_secs,
                                          config.router.probe_timeout_secs)
-        self.metrics = GatewayMetrics(Metrics())
-        self.writer.use_metrics(self.metrics)
         self.policy = policy
         self.latency_book: LatencyBook = latency or LocalLatency()
         self.route_rngs: dict[str, random.Random] = {}
@@ -115,6 +116,7 @@ class Gateway:
             self.health.settings = health_settings(config)
         self.readiness.interval_secs = config.router.probe_interval_secs
         self.readiness.timeout_secs = config.router.probe_timeout_secs
+        self.client.configure(config)
         # A seeded route keeps its draw sequence only while its definition is unchanged.
         self.route_rngs = {k: v for k, v in self.route_rngs.items()
                            if k in config.routes and config.routes[k] == old.routes.get(k)}

@@ -3,7 +3,7 @@
 ``Reloader.reload()`` loads the file again; a valid result is swapped into the
 gateway (health, latency and unchanged routes' state carry over), an invalid
 one is logged with the reason and changes nothing. ``poll()`` does the same
-when the file's modification time or size changed.
+when the modification time or size of the file, or of a file it includes, changed.
 """
 
 from __future__ import annotations
@@ -40,12 +40,16 @@ class Reloader:
         self.env = env
         self._stamp = self._stat()
 
-    def _stat(self) -> tuple[float, int] | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return (st.st_mtime, st.st_size)
+    def _stat(self) -> tuple[tuple[float, int] | None, ...]:
+        stamps: list[tuple[float, int] | None] = []
+        for p in (self.path, *self.current().includes):
+            try:
+                st = os.stat(p)
+            except OSError:
+                stamps.append(None)
+                continue
+            stamps.append((st.st_mtime, st.st_size))
+        return tuple(stamps)
 
     def reload(self) -> bool:
         """Load and apply the file; False (and a log line) if it is invalid."""
@@ -65,6 +69,6 @@ class Reloader:
     def poll(self) -> bool | None:
         """Reload if the file changed since the last look; None when unchanged."""
         stamp = self._stat()
-        if stamp is None or stamp == self._stamp:
+        if stamp[0] is None or stamp == self._stamp:
             return None
         return self.reload()

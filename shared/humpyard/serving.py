@@ -21,7 +21,8 @@ import asyncio
 import gc
 import logging
 import signal
-from collections.abc import Coroutine
+import socket
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 log = logging.getLogger("humpyard")
@@ -101,10 +102,28 @@ def run_loop(main: Coroutine[Any, Any, T]) -> T:
     return uvloop.run(main)
 
 
-async def serve(config_path: str, host: str, port: int) -> None:
+def notifying_server(config: Any, on_ready: Callable[[], None] | None) -> Any:
+    """A ``uvicorn.Server`` that calls ``on_ready`` once it listens (after lifespan startup)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started and on_ready is not None:
+                on_ready()
+
+    return Server(config)
+
+
+async def serve(config_path: str, host: str, port: int, *, sock: socket.socket | None = None,
+                on_ready: Callable[[], None] | None = None) -> None:
     """Serve the gateway on ``config_path`` at ``host:port`` until uvicorn stops
     (SIGINT/SIGTERM); SIGHUP and ``reload_poll_secs`` reload the file.
-    ``ConfigError`` if the file is invalid at start."""
+    ``ConfigError`` if the file is invalid at start.
+
+    ``sock``, an already bound socket, is served instead of binding ``host:port``
+    (``humpyard demo`` binds every port before it starts anything); ``on_ready``
+    is called once the gateway listens."""
     import uvicorn
 
     from humpyard.config import load_config
@@ -124,10 +143,10 @@ async def serve(config_path: str, host: str, port: int) -> None:
         pass
     # No proxy-header rewriting (humpyard never uses the client's address) and no
     # "server: uvicorn" header: less work and less to leak on every request.
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, access_log=False,
-                                           log_config=None, timeout_keep_alive=75,
-                                           proxy_headers=False, server_header=False,
-                                           http=protocol_class()))
+    server = notifying_server(uvicorn.Config(app, host=host, port=port, access_log=False,
+                                             log_config=None, timeout_keep_alive=75,
+                                             proxy_headers=False, server_header=False,
+                                             http=protocol_class()), on_ready)
     tasks = [asyncio.create_task(flush_periodically(h)) for h in logging.getLogger().handlers
              if isinstance(h, BufferedStderr)]
     if cfg.reload_poll_secs > 0:
@@ -138,7 +157,7 @@ async def serve(config_path: str, host: str, port: int) -> None:
     gc.collect()
     gc.freeze()
     try:
-        await server.serve()
+        await server.serve(sockets=[sock] if sock is not None else None)
     finally:
         for t in tasks:
             t.cancel()

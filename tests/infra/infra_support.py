@@ -65,18 +65,20 @@ def template() -> dict[str, Any]:
 
 
 @cache
-def _translated() -> str:
+def _translated(overrides: tuple[str, ...]) -> str:
     python = infra_tool("python")
     done = subprocess.run([str(python), str(ROOT / "tests" / "infra" / "sam_translate.py"),
-                           str(TEMPLATE)], capture_output=True, text=True, timeout=120,
-                          env=TOOL_ENV, cwd=ROOT)
+                           str(TEMPLATE), *overrides], capture_output=True, text=True,
+                          timeout=120, env=TOOL_ENV, cwd=ROOT)
     assert done.returncode == 0, f"SAM translation failed:\n{done.stderr}"
     return done.stdout
 
 
-def translated() -> dict[str, Any]:
-    """The CloudFormation JSON SAM makes of the template (a fresh copy each call)."""
-    return json.loads(_translated())  # type: ignore[no-any-return]
+def translated(parameters: dict[str, str] | None = None) -> dict[str, Any]:
+    """The CloudFormation JSON SAM makes of the template (a fresh copy each call),
+    translated with ``parameters`` as ``sam deploy`` would pass them."""
+    overrides = tuple(f"{k}={v}" for k, v in sorted((parameters or {}).items()))
+    return json.loads(_translated(overrides))  # type: ignore[no-any-return]
 
 
 def resources(doc: dict[str, Any], type_: str) -> dict[str, dict[str, Any]]:

@@ -3,8 +3,11 @@
 Run with the interpreter of ``.venv-infra`` (where ``aws-sam-translator``
 lives), not the app's::
 
-    .venv-infra/bin/python tests/infra/sam_translate.py template.yaml
+    .venv-infra/bin/python tests/infra/sam_translate.py template.yaml [Name=Value ...]
 
+Parameter values given after the template are what ``sam deploy
+--parameter-overrides`` would pass; SAM resolves some properties with them
+(``Tracing: !Ref Tracing`` decides the X-Ray grant), the rest stay intrinsics.
 Local ``CodeUri``/``ContentUri`` paths are swapped for placeholder S3 URIs
 first, as ``sam validate`` does (``sam deploy`` uploads them). The policy
 loader is a stub: the template uses SAM policy templates only, never
@@ -44,7 +47,7 @@ def _replace_local_uris(template: dict) -> None:
             props[prop] = _placeholder(props[prop])
 
 
-def main(path: str) -> None:
+def main(path: str, *overrides: str) -> None:
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     from samtranslator.translator.transform import transform
     from samtranslator.yaml_helper import yaml_parse
@@ -52,9 +55,10 @@ def main(path: str) -> None:
     with open(path, encoding="utf-8") as f:
         template = yaml_parse(f.read())
     _replace_local_uris(template)
-    out = transform(template, {}, _NoManagedPolicies())
+    parameters = dict(o.split("=", 1) for o in overrides)
+    out = transform(template, parameters, _NoManagedPolicies())
     json.dump(out, sys.stdout, indent=1, sort_keys=True, default=str)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])

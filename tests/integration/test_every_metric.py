@@ -9,6 +9,8 @@ declared without a scenario (or a scenario for one that is gone) fails
 from __future__ import annotations
 
 import re
+import threading
+import time
 
 import httpx
 
@@ -17,7 +19,7 @@ from humpyard.metrics import GatewayMetrics, Metrics
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway import Running, running_gateway
 from tests.support.servers import closed_port_url
-from tests.support.steps import ok, status
+from tests.support.steps import delay, ok, status
 
 MSG = [{"role": "user", "content": "hi"}]
 SERIES = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
@@ -44,6 +46,9 @@ SCENARIOS = {
     "humpyard_ledger_batch_size": "test_a_served_request",
     "humpyard_ledger_write_seconds": "test_a_served_request",
     "humpyard_ledger_lost_total": "test_a_failing_store_loses_decisions_counted",
+    "humpyard_upstream_in_flight": "test_a_provider_at_its_concurrency_limit",
+    "humpyard_upstream_waiting": "test_a_provider_at_its_concurrency_limit",
+    "humpyard_upstream_slot_timeouts_total": "test_a_provider_at_its_concurrency_limit",
 }
 
 
@@ -227,3 +232,40 @@ endpoints = [{ provider = "p", model = "m" }]
         assert gw.gw.writer.flush(5)
         m = scrape(gw)
     assert m['humpyard_ledger_lost_total{kind="decision",reason="error"}'] == 1
+
+
+def poll(gw: Running, series: str, want: float, seconds: float = 10.0) -> dict[str, float]:
+    """Scrape until ``series`` reads ``want`` (or the deadline passes); the last scrape."""
+    deadline = time.monotonic() + seconds
+    m = scrape(gw)
+    while m.get(series) != want and time.monotonic() < deadline:
+        time.sleep(0.02)
+        m = scrape(gw)
+    return m
+
+
+def test_a_provider_at_its_concurrency_limit() -> None:
+    with FakeUpstream() as up, running_gateway(providers(p=up.url) + """
+max_concurrent = 1
+[targets.t]
+endpoints = [{ provider = "p", model = "m" }]
+[router]
+slot_wait_secs = 1.0
+""") as gw:
+        up.script(delay(3.0, ok("slow")))
+        codes: list[int] = []
+        calls = [threading.Thread(target=lambda: codes.append(chat(gw, "t").status_code))
+                 for _ in range(2)]
+        calls[0].start()
+        assert up.wait_for_requests(1, timeout=10)
+        busy = poll(gw, 'humpyard_upstream_in_flight{provider="p"}', 1)
+        calls[1].start()
+        waiting = poll(gw, 'humpyard_upstream_waiting{provider="p"}', 1)
+        for t in calls:
+            t.join(30)
+        m = scrape(gw)
+    assert busy['humpyard_upstream_in_flight{provider="p"}'] == 1
+    assert waiting['humpyard_upstream_waiting{provider="p"}'] == 1
+    assert sorted(codes) == [200, 503]
+    assert m['humpyard_upstream_slot_timeouts_total{provider="p"}'] == 1
+    assert m['humpyard_upstream_in_flight{provider="p"}'] == 0

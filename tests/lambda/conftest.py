@@ -7,32 +7,19 @@ test, or later tests' ``caplog`` would stop seeing ``humpyard.*`` records.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterator
 
 import pytest
 from lambda_support import SerialMotoServer
 
+from tests.support.logging_state import isolated_humpyard_logging
+
 
 @pytest.fixture(autouse=True)
 def isolated_logging() -> Iterator[None]:
-    pkg = logging.getLogger("humpyard")
-    saved = (list(pkg.handlers), pkg.propagate, pkg.level, dict(pkg.__dict__))
-    root_filters = {h: list(h.filters) for h in logging.root.handlers}
-    try:
+    with isolated_humpyard_logging():
         yield
-    finally:
-        handlers, propagate, level, attrs = saved
-        for h in pkg.handlers[:]:
-            if h not in handlers:
-                pkg.removeHandler(h)
-        pkg.propagate, pkg.level = propagate, level
-        for name in set(pkg.__dict__) - set(attrs):
-            delattr(pkg, name)
-        for h, filters in root_filters.items():
-            h.filters[:] = filters
-        asyncio.set_event_loop(None)
 
 
 @pytest.fixture(autouse=True)

@@ -39,13 +39,19 @@ def test_every_bad_variable_is_named_in_one_error() -> None:
 
 
 class FakeSecrets:
-    def __init__(self, answer: dict[str, object] | Exception) -> None:
-        self.answer = answer
+    """A ``secretsmanager`` client edge: one answer for every ARN, or one per ARN."""
+
+    def __init__(self, answer: dict[str, object] | Exception,
+                 by_arn: dict[str, dict[str, object]] | None = None) -> None:
+        self.answer, self.by_arn = answer, by_arn or {}
+        self.asked: list[str] = []
 
     def get_secret_value(self, SecretId: str) -> dict[str, object]:  # noqa: N803 - boto3's name
-        if isinstance(self.answer, Exception):
-            raise self.answer
-        return self.answer
+        self.asked.append(SecretId)
+        answer = self.by_arn.get(SecretId, self.answer)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
 
 def test_the_secret_is_a_json_object_of_strings() -> None:
@@ -55,7 +61,19 @@ def test_the_secret_is_a_json_object_of_strings() -> None:
                        ({"SecretString": "sk-plain"}, "not a JSON object"),
                        ({"SecretString": '["a"]'}, "not a JSON object"),
                        ({"SecretString": '{"N": 5, "M": "ok"}'}, "not for ['N']"),
-                       (RuntimeError("AccessDenied"), "could not read the secret")]:
+                       (RuntimeError("AccessDenied"), "the secret arn could not be read")]:
         with pytest.raises(ConfigError, match=re.escape(words)) as err:
             secret_environ(FakeSecrets(bad), "arn")
         assert "sk-plain" not in str(err.value)
+
+
+def test_several_secrets_are_read_in_order_and_the_later_one_wins_a_name() -> None:
+    generated, operator = "arn:generated-AbCdEf", "arn:operator-GhIjKl"
+    client = FakeSecrets(RuntimeError("unknown"), by_arn={
+        generated: {"SecretString": '{"HUMPYARD_CLIENT_KEY": "gen", "SHARED": "first"}'},
+        operator: {"SecretString": '{"OPENAI_API_KEY": "sk-1", "SHARED": "second"}'}})
+    merged = secret_environ(client, f"{generated}, {operator},")
+    assert merged == {"HUMPYARD_CLIENT_KEY": "gen", "OPENAI_API_KEY": "sk-1", "SHARED": "second"}
+    assert client.asked == [generated, operator]
+    with pytest.raises(ConfigError, match="the secret arn:missing-MnOpQr could not be read"):
+        secret_environ(client, f"{generated},arn:missing-MnOpQr")

@@ -1,13 +1,14 @@
 """A Lambda instance reloads its configuration when due: from S3, AppConfig or the bundled file.
 
 All or nothing: an invalid object is logged and the old configuration keeps
-serving. A warm request between looks costs no call to the source.
+serving. A warm request between looks costs no call to the source. The
+instance's clock is a ``FakeClock`` the tests advance, so "due" never depends
+on how fast the machine is.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +18,8 @@ import pytest
 from lambda_support import LEDGER, STATE, LambdaContext, event, gateway_config, load_function
 from moto import mock_aws
 
+from humpyard.aws.build import Instance, Once
+from humpyard.clock import FakeClock
 from humpyard.errors import ConfigError
 from humpyard.store.dynamodb import create_tables
 from tests.support import FakeUpstream
@@ -45,6 +48,14 @@ def target_of(module) -> str:
     return resp["headers"]["x-humpyard-target"]
 
 
+def load_gateway(clock: FakeClock):
+    """The gateway function, its instance built on ``clock`` (the seam the entry point's
+    ``Instance.build`` takes)."""
+    module = load_function("gateway")
+    module._instance = Once(lambda: Instance.build(clock=clock))
+    return module
+
+
 def only_backup(text: str) -> str:
     return text.replace('targets = ["primary", "backup"]', 'targets = ["backup"]')
 
@@ -56,15 +67,16 @@ def test_config_from_s3_is_reloaded_when_due(env, caplog):
     text = POLL + gateway_config(primary.url, backup.url)
     s3.put_object(Bucket="cfg", Key="humpyard.toml", Body=text.encode())
     monkeypatch.setenv("HUMPYARD_CONFIG_S3", "s3://cfg/humpyard.toml")
-    gateway = load_function("gateway")
+    clock = FakeClock()
+    gateway = load_gateway(clock)
     modules.append(gateway)
     assert target_of(gateway) == "primary"
     s3.put_object(Bucket="cfg", Key="humpyard.toml", Body=only_backup(text).encode())
     assert target_of(gateway) == "primary"  # not due yet: nothing was even asked
-    time.sleep(0.25)
+    clock.advance(0.25)
     assert target_of(gateway) == "backup"
     s3.put_object(Bucket="cfg", Key="humpyard.toml", Body=b'[routes.auto]\ntargets = ["x"]')
-    time.sleep(0.25)
+    clock.advance(0.25)
     with caplog.at_level(logging.ERROR, logger="humpyard.reload"):
         assert target_of(gateway) == "backup"
     assert any("reload rejected" in r.getMessage() for r in caplog.records)
@@ -76,12 +88,12 @@ def test_bundled_file_is_reloaded_when_due(env):
     text = POLL + gateway_config(primary.url, backup.url)
     conf.write_text(text)
     monkeypatch.setenv("HUMPYARD_CONFIG", str(conf))
-    gateway = load_function("gateway")
+    clock = FakeClock()
+    gateway = load_gateway(clock)
     modules.append(gateway)
     assert target_of(gateway) == "primary"
-    time.sleep(0.05)
     conf.write_text(only_backup(text))
-    time.sleep(0.25)
+    clock.advance(0.25)
     assert target_of(gateway) == "backup"
 
 
@@ -98,49 +110,51 @@ APPCONFIG = "humpyard/live/gateway"
 
 
 @contextmanager
-def appconfig_gateway(env, poll_secs: int) -> Iterator[tuple]:
+def appconfig_gateway(env, poll_secs: int, clock: FakeClock) -> Iterator[tuple]:
     """A fake AppConfig holding the two-target config (v1), and the gateway function
-    reading it; yields (appconfig, gateway, text)."""
+    reading it on ``clock``; yields (appconfig, gateway, text)."""
     primary, backup, _, monkeypatch, modules = env
     with FakeAppConfig("humpyard", "live", "gateway", poll_secs=poll_secs) as appconfig:
         text = POLL + gateway_config(primary.url, backup.url)
         appconfig.deploy(text, "v1")
         monkeypatch.setenv("AWS_ENDPOINT_URL_APPCONFIGDATA", appconfig.url)
         monkeypatch.setenv("HUMPYARD_CONFIG_APPCONFIG", APPCONFIG)
-        gateway = load_function("gateway")
+        gateway = load_gateway(clock)
         modules.append(gateway)
         yield appconfig, gateway, text
 
 
 def test_config_from_appconfig_is_reloaded_when_due_and_allowed(env, caplog):
-    with appconfig_gateway(env, poll_secs=0) as (appconfig, gateway, text):
+    clock = FakeClock()
+    with appconfig_gateway(env, poll_secs=0, clock=clock) as (appconfig, gateway, text):
         assert target_of(gateway) == "primary"
         assert (appconfig.sessions, appconfig.polls) == (1, 1)
         appconfig.deploy(only_backup(text), "v2")
         assert target_of(gateway) == "primary"  # not due yet: nothing was even asked
         assert appconfig.polls == 1
-        time.sleep(0.25)
+        clock.advance(0.25)
         assert target_of(gateway) == "backup"
-        time.sleep(0.25)
+        clock.advance(0.25)
         assert target_of(gateway) == "backup"  # due, asked, unchanged: an empty answer
         assert appconfig.polls == 3
         # a lost session (tokens expire) is logged, then the next look starts a new one
         appconfig.expire_tokens()
         appconfig.deploy(text, "v3")
-        time.sleep(0.25)
+        clock.advance(0.25)
         with caplog.at_level(logging.ERROR, logger="humpyard.reload"):
             assert target_of(gateway) == "backup"
         assert any("could not be read" in r.getMessage() for r in caplog.records)
-        time.sleep(0.25)
+        clock.advance(0.25)
         assert target_of(gateway) == "primary"
         assert appconfig.sessions == 2
 
 
 def test_appconfig_is_not_asked_before_the_interval_it_set(env):
-    with appconfig_gateway(env, poll_secs=60) as (appconfig, gateway, text):
+    clock = FakeClock()
+    with appconfig_gateway(env, poll_secs=60, clock=clock) as (appconfig, gateway, text):
         assert target_of(gateway) == "primary"
         appconfig.deploy(only_backup(text), "v2")
-        time.sleep(0.25)  # reload_poll_secs has passed, AppConfig's 60 s have not
+        clock.advance(0.25)  # reload_poll_secs has passed, AppConfig's 60 s have not
         assert target_of(gateway) == "primary"
         assert appconfig.polls == 1
 

@@ -24,7 +24,8 @@ from tests.support.gateway import running_gateway
 CLIENT_KEY = "hk-client-HEADERS-6d4b2f0e8c6a4e2c0a8e"
 
 # What an upstream may see: httpx's own four, the gateway's three, the provider's.
-GATEWAY_HEADERS = {"host", "user-agent", "content-type", "accept", "content-length"}
+GATEWAY_HEADERS = {"host", "user-agent", "content-type", "accept", "accept-encoding",
+                   "content-length"}
 STATIC = {"x-title": "humpyard-tests"}
 
 CLIENT_HEADERS = {

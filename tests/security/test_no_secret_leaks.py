@@ -240,7 +240,8 @@ def test_no_key_anywhere_the_gateway_writes(upstreams, tmp_path: Path, caplog) -
     assert {r.headers["authorization"] for r in up.requests} <= {
         f"Bearer {k}" for k in (PROVIDER_KEY, SLOW_KEY)}
     assert quota.requests[0].headers["authorization"] == f"Bearer {QUOTA_KEY}"
-    assert any(r.levelno == logging.DEBUG for r in caplog.records)  # DEBUG was captured
+    assert logging.getLogger().getEffectiveLevel() == logging.DEBUG  # DEBUG was captured
+    assert any(r.name == "humpyard.request" for r in caplog.records)  # and the request lines
 
     outputs += [describe(r) for r in responses.values()]
     outputs.append(caplog.text)  # formatted lines, tracebacks included

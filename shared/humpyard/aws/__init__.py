@@ -8,6 +8,8 @@
 - ``flush``: the ASGI middleware that, before the last byte of every
   response, waits for the ledger writes and prints the EMF metric records.
 - ``log``: the Powertools logger that the ``humpyard.*`` loggers write through.
+- ``tracing``: optional X-Ray spans through Powertools' ``Tracer``
+  (``HUMPYARD_TRACING``); nothing X-Ray is imported when it is off.
 
 Nothing here runs at import time, and nothing imports Switchyard.
 """

@@ -16,8 +16,14 @@ but the ``Once`` each entry point holds.
 
 ``Instance.flush()`` is what every request (``FlushMiddleware``) and every
 scheduled run ends with: the writer drained (bounded by
-``HUMPYARD_FLUSH_TIMEOUT_SECS``), point-in-time gauges refreshed, and the
-metrics printed to stdout as CloudWatch EMF, one JSON line per record.
+``HUMPYARD_FLUSH_TIMEOUT_SECS``) and the metrics printed to stdout as
+CloudWatch EMF, one JSON line per record. Counters and histograms go out
+with every request; gauges (overrides, latency figures, endpoint states,
+quota, budgets) are point-in-time values whose number grows with the
+configuration, not the traffic, so an instance refreshes and prints them at
+most every ``HUMPYARD_GAUGE_INTERVAL_SECS`` (60 s, CloudWatch's resolution)
+and on its first flush; the scheduled poller prints them on every run
+(docs/deploy.md, "Cost": log bytes are billed per request).
 Latency samples are not written per request: ``SharedLatency`` flushes them
 itself, on the request that finds ``flush_secs`` (5 s) passed, so an
 instance writes at most one latency item per 5 s; ``close`` flushes the rest.
@@ -46,6 +52,7 @@ from humpyard.aws.env import LambdaEnv
 from humpyard.aws.flush import FlushMiddleware
 from humpyard.aws.log import lambda_logger
 from humpyard.aws.secrets import secret_environ
+from humpyard.aws.tracing import TracingMiddleware, traced, tracer
 from humpyard.clock import Clock, SystemClock
 from humpyard.config import load_config_text
 from humpyard.errors import ConfigError
@@ -55,6 +62,7 @@ from humpyard.store.writer import BackgroundWriter
 
 if TYPE_CHECKING:
     import httpx
+    from aws_lambda_powertools import Tracer
     from aws_lambda_powertools.logging import Logger
 
 log = logging.getLogger("humpyard.aws")
@@ -125,12 +133,15 @@ def config_source(env: LambdaEnv, s3: Any = None, appconfig: Any = None,
 
 @dataclass
 class Instance:
-    """A warm Lambda instance: its gateway, the wrapped app, its logger and event loop."""
+    """A warm Lambda instance: its gateway, the wrapped app, its logger and event loop,
+    and its X-Ray tracer when ``HUMPYARD_TRACING`` is on (``aws/tracing.py``)."""
 
     env: LambdaEnv
     gateway: Gateway
     logger: Logger
+    tracer: Tracer | None = None
     stdout: IO[str] = field(default_factory=lambda: sys.stdout)
+    _gauges_at: float | None = field(default=None, init=False, repr=False)
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
     _http: Callable[..., Any] | None = field(default=None, init=False, repr=False)
 
@@ -139,22 +150,31 @@ class Instance:
         """Check the environment and build everything (see ``build_gateway`` for ``seams``)."""
         env = LambdaEnv.from_environ(environ)
         logger = lambda_logger(env.service)
+        xray = tracer(env)  # before the AWS clients, so their calls are traced
         gw = build_gateway(env, environ=environ, **seams)
         for warning in gw.config.warnings:
             logger.warning("configuration: %s", warning)
         logger.info("instance ready", extra={"config": str(env.config_file),
                                              "state_table": env.state_table,
                                              "ledger_table": env.ledger_table})
-        return cls(env=env, gateway=gw, logger=logger)
+        return cls(env=env, gateway=gw, logger=logger, tracer=xray)
 
-    def asgi_app(self) -> FlushMiddleware:
-        """The gateway's Starlette app, flushed before the last byte of every response."""
+    def asgi_app(self, *, adopt_trace_header: bool = True) -> Any:
+        """The gateway's Starlette app, flushed before the last byte of every response
+        (``FlushMiddleware``), each request traced when tracing is on.
+
+        ``adopt_trace_header``: the trace comes from the ``x-amzn-trace-id`` header
+        (the Lambda Web Adapter), not from the runtime (Mangum; see ``aws/tracing.py``).
+        """
         from humpyard.http.app import create_app
 
         app = create_app(self.gateway.config, gateway=self.gateway)
-        return FlushMiddleware(app, self.flush, self.logger.set_correlation_id,
-                               on_shutdown=self.shutdown,
-                               before_request=self.gateway.reloader.maybe_reload)
+        flushed = FlushMiddleware(app, self.flush, self.logger.set_correlation_id,
+                                  on_shutdown=self.shutdown,
+                                  before_request=self.gateway.reloader.maybe_reload)
+        if self.tracer is None:
+            return flushed
+        return TracingMiddleware(flushed, self.tracer, adopt_trace_header=adopt_trace_header)
 
     def http(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         """Serve one API Gateway REST proxy event: Mangum (lifespan off) over ``asgi_app``.
@@ -166,7 +186,7 @@ class Instance:
             from mangum import Mangum
 
             asyncio.set_event_loop(self.loop)
-            mangum = Mangum(self.asgi_app(), lifespan="off")  # type: ignore[arg-type]
+            mangum = Mangum(self.asgi_app(adopt_trace_header=False), lifespan="off")
             self._http = self.logger.inject_lambda_context(mangum, clear_state=False)
         asyncio.set_event_loop(self.loop)
         return self._http(event, context)  # type: ignore[no-any-return]
@@ -176,23 +196,34 @@ class Instance:
         asyncio.set_event_loop(self.loop)
         return self.loop.run_until_complete(coro)
 
-    async def flush(self) -> None:
-        """Make the work so far durable and observable; see the module docstring."""
-        await asyncio.to_thread(self.flush_now)
+    async def flush(self, *, gauges: bool = False) -> None:
+        """Make the work so far durable and observable; see the module docstring.
 
-    def flush_now(self) -> None:
+        ``gauges``: print the gauges whether or not they are due (the poller)."""
+        await traced(self.tracer, "## ledger flush",
+                     lambda: asyncio.to_thread(self.flush_now, gauges=gauges))
+
+    def flush_now(self, *, gauges: bool = False) -> None:
         """``flush`` for callers outside the event loop (blocking)."""
         gw = self.gateway
         if not gw.writer.flush(self.env.flush_timeout_secs):
             log.error("ledger writes still pending after %.1f s; pending=%d",
                       self.env.flush_timeout_secs, gw.writer.pending)
-        gw.refresh_gauges()
-        self.emit_metrics()
+        now = gw.clock.monotonic()
+        due = (gauges or self._gauges_at is None
+               or now - self._gauges_at >= self.env.gauge_interval_secs)
+        if due:
+            self._gauges_at = now
+            gw.refresh_gauges()
+        self.emit_metrics(gauges=due)
 
-    def emit_metrics(self) -> int:
-        """Print the metrics since the last call as EMF, one JSON line each; the count."""
-        records = emf.records(self.gateway.metrics.metrics.collect(),
-                              namespace=self.env.namespace, service=self.env.service,
+    def emit_metrics(self, *, gauges: bool = True) -> int:
+        """Print the metrics since the last call as EMF, one JSON line each; the count.
+
+        ``gauges=False`` leaves the gauges out (counters and histograms only)."""
+        metrics = [m for m in self.gateway.metrics.metrics.collect()
+                   if gauges or m.kind != "gauge"]
+        records = emf.records(metrics, namespace=self.env.namespace, service=self.env.service,
                               timestamp_ms=int(self.gateway.clock.now() * 1000))
         if records:
             self.stdout.write("".join(json.dumps(r, separators=(",", ":")) + "\n"

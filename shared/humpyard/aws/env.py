@@ -54,6 +54,12 @@ class LambdaEnv(BaseModel):
       ``key_env``) before the configuration is loaded; empty = none.
     - ``HUMPYARD_FLUSH_TIMEOUT_SECS``: how long a response may wait for its
       ledger writes before the last byte (default 5).
+    - ``HUMPYARD_GAUGE_INTERVAL_SECS``: how often an instance prints its gauges
+      as EMF (default 60; counters and histograms go out with every request).
+    - ``HUMPYARD_TRACING``: ``true`` to trace requests with AWS X-Ray through
+      Powertools' ``Tracer`` (the template's ``Tracing`` parameter sets it
+      with the functions' own ``Tracing: Active``); default off, and then the
+      tracing libraries are never imported (``aws/tracing.py``).
     - ``POWERTOOLS_SERVICE_NAME`` (``humpyard``),
       ``POWERTOOLS_METRICS_NAMESPACE`` (``Humpyard``): the EMF service
       dimension and namespace.
@@ -71,6 +77,9 @@ class LambdaEnv(BaseModel):
     config_appconfig: str | None = Field(alias="HUMPYARD_CONFIG_APPCONFIG", default=None)
     flush_timeout_secs: float = Field(alias="HUMPYARD_FLUSH_TIMEOUT_SECS", default=5.0, gt=0,
                                       le=60)
+    gauge_interval_secs: float = Field(alias="HUMPYARD_GAUGE_INTERVAL_SECS", default=60.0,
+                                       ge=0, le=3600)
+    tracing: bool = Field(alias="HUMPYARD_TRACING", default=False)
     service: str = Field(alias="POWERTOOLS_SERVICE_NAME", default="humpyard", min_length=1)
     namespace: str = Field(alias="POWERTOOLS_METRICS_NAMESPACE", default="Humpyard",
                            min_length=1)

@@ -1,7 +1,9 @@
 """The configuration file's schema, as pydantic models.
 
 These models are the raw shape of ``humpyard.toml``: every table forbids
-unknown keys so a typo fails at load. Cross-references (a route naming a
+unknown keys so a typo fails at load, and values are checked strictly (a price
+written as a string is an error, not a number pydantic guessed at; an integer
+is still a valid number). Cross-references (a route naming a
 target, a rule naming a route, pools) are checked and resolved afterwards in
 ``config/resolve.py``; nothing here reads the environment or the disk.
 """
@@ -28,7 +30,7 @@ RouteType = Literal["passthrough", "random", "fastest", "stage_router", "llm_cla
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class Price(_Strict):
@@ -61,6 +63,16 @@ class Provider(_Strict):
     health_path: str | None = None
     connect_retry_window_secs: float = Field(default=0, ge=0, le=600)
     quota_source: Literal["opencode-go"] | None = None
+    # The provider's id in a models.dev catalogue, when its base_url's host does not
+    # tell (docs/routing.md, "Keeping prices current").
+    catalog_id: str | None = Field(default=None, min_length=1)
+    # Network settings (docs/upstream.md): a forward proxy ("" = none, even if the
+    # environment names one), TLS trust and a client certificate, a concurrency cap.
+    proxy: str | None = None
+    ca_file: str | None = Field(default=None, min_length=1)
+    client_cert: str | None = Field(default=None, min_length=1)
+    client_key: str | None = Field(default=None, min_length=1)
+    max_concurrent: int | None = Field(default=None, ge=1, le=1_000_000)
 
     @field_validator("base_url")
     @classmethod
@@ -82,6 +94,14 @@ class Provider(_Strict):
         if "@" in self.base_url.split("://", 1)[1].split("/", 1)[0]:
             raise ValueError("base_url must not carry credentials (user:password@); "
                              "use api_key_env")
+        if self.proxy:
+            from humpyard.config.proxy_url import ProxyURLError, parse_proxy
+            try:
+                parse_proxy(self.proxy, "proxy")
+            except ProxyURLError as e:  # its message names no credential
+                raise ValueError(str(e)) from None
+        if self.client_key is not None and self.client_cert is None:
+            raise ValueError("client_key needs client_cert (the certificate it belongs to)")
         if self.api_key_env is not None and not ENV_NAME_RE.match(self.api_key_env):
             raise ValueError("api_key_env must name an environment variable (letters, digits, "
                              "'_'), not hold the key itself")
@@ -111,7 +131,7 @@ class Target(_Strict):
     strengths: list[str] = Field(default_factory=list, max_length=8)
     quality: float | None = Field(default=None, ge=0, le=1)
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
 
     @field_validator("class_")
     @classmethod
@@ -289,6 +309,10 @@ class Overrides(_Strict):
 class Router(_Strict):
     probe_interval_secs: float = Field(default=5, gt=0)
     probe_timeout_secs: float = Field(default=2, gt=0)
+    # Upstream calls in flight per process, and how long a call waits for a slot
+    # (docs/upstream.md "Concurrency").
+    max_concurrent: int = Field(default=10_000, ge=1, le=1_000_000)
+    slot_wait_secs: float = Field(default=10, ge=0, le=3600)
 
 
 class Ledger(_Strict):

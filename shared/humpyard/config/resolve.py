@@ -1,18 +1,21 @@
 """Cross-reference checks and resolution: raw file → ``Config``.
 
-Every error names the key path and the bad value, and all errors found are
-reported together so one ``humpyard check`` run shows everything to fix.
+Every error names the key path (in the notation of ``config/problems.py``)
+and the bad value, an unknown name comes with the closest configured one, and
+all errors found are reported together, with the schema errors found before
+(``problems``), so one ``humpyard check`` run shows everything to fix.
 """
 
 from __future__ import annotations
 
 import hashlib
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
 from humpyard.config.models import RawConfig, Route, SelectRule
 from humpyard.config.names import FAILURE_CLASSES
+from humpyard.config.problems import Salvage, did_you_mean, path
 from humpyard.config.spec import (
     BudgetSpec,
     Config,
@@ -36,21 +39,33 @@ DEFAULT_FALLBACK = frozenset(c for c in FAILURE_CLASSES if c != "unavailable")
 
 
 def resolve(raw: RawConfig, env: Mapping[str, str], *, source: str = "<memory>",
-            digest: str = "") -> Config:
-    """Check every name the file uses and build the runtime ``Config``."""
-    errors: list[str] = []
-    warnings: list[str] = []
-    providers = _providers(raw, env, errors, warnings)
-    targets = _targets(raw, errors)
-    routes = _routes(raw, targets, errors)
+            digest: str = "", problems: Sequence[str] = (), salvage: Salvage | None = None,
+            warnings: Sequence[str] = (), includes: tuple[str, ...] = ()) -> Config:
+    """Check every name the file uses and build the runtime ``Config``.
+
+    ``problems`` are errors found before (the schema's, an include's); with
+    ``salvage`` (what failed the schema) a reference to a broken entry is not
+    reported again as unknown. ``ConfigError`` lists every error, then the warnings.
+    """
+    errors: list[str] = list(problems)
+    warned: list[str] = list(warnings)
+    known = salvage or Salvage()
+    _check_names_themselves(raw, errors)
+    providers = _providers(raw, env, errors, warned)
+    targets = _targets(raw, errors, known)
+    routes = _routes(raw, targets, errors, known)
     for tname in targets:
         if tname not in routes:
             routes[tname] = RouteSpec(name=tname, type="passthrough", targets=(tname,),
                                       fallback_on=DEFAULT_FALLBACK, implicit=True)
-    _check_select(raw, routes, errors)
-    keys = _keys(raw, routes, env, errors)
+    _check_select(raw, routes, errors, known)
+    keys = _keys(raw, routes, env, errors, known)
+    if not targets and not errors and not known.any_broken("targets"):
+        warned.append("the configuration declares no targets: there is nothing to route to, "
+                      "and every request gets 404 unknown_model")
     if errors:
-        raise ConfigError(f"invalid configuration ({source}):\n  " + "\n  ".join(errors))
+        raise ConfigError(f"invalid configuration ({source}):\n  " + "\n  ".join(
+            [*errors, *(f"warning: {w}" for w in warned)]))
     h, rt, ov = raw.health, raw.router, raw.overrides
     return Config(
         providers=providers, targets=targets, routes=routes,
@@ -60,7 +75,8 @@ def resolve(raw: RawConfig, env: Mapping[str, str], *, source: str = "<memory>",
                           max_retry_after_secs=h.max_retry_after_secs,
                           skip_cold_targets=h.skip_cold_targets),
         router=RouterSpec(probe_interval_secs=rt.probe_interval_secs,
-                          probe_timeout_secs=rt.probe_timeout_secs),
+                          probe_timeout_secs=rt.probe_timeout_secs,
+                          max_concurrent=rt.max_concurrent, slot_wait_secs=rt.slot_wait_secs),
         overrides=OverridesSpec(default_secs=ov.default_secs, max_secs=ov.max_secs),
         ledger=LedgerSpec(path=raw.ledger.path,
                           decision_retention_days=raw.ledger.decision_retention_days)
@@ -71,7 +87,27 @@ def resolve(raw: RawConfig, env: Mapping[str, str], *, source: str = "<memory>",
         stream_heartbeat_secs=raw.stream_heartbeat_secs, log_requests=raw.log_requests,
         public=public_document(raw.model_dump(mode="json", by_alias=True, exclude_none=True),
                                routes),
-        source=source, digest=digest, warnings=tuple(warnings))
+        source=source, digest=digest, warnings=tuple(warned), includes=includes)
+
+
+MAX_NAME_CHARS = 256
+"""The longest route, target, provider or key name: a client names a route or a
+target as its ``model``, which the intake refuses past this length, and every
+name can reach a response header, a metric label or a log line."""
+
+
+def _check_names_themselves(raw: RawConfig, errors: list[str]) -> None:
+    """Names in headers, labels and log lines: 1-256 printable ASCII characters."""
+    for section in ("providers", "targets", "routes", "keys"):
+        for name in getattr(raw, section):
+            where = path(section, name)
+            if len(name) > MAX_NAME_CHARS:
+                errors.append(f"{where}: a name has at most {MAX_NAME_CHARS} characters, "
+                              f"this one {len(name)}")
+            elif not name or not all(" " <= c <= "~" for c in name):
+                errors.append(f"{where}: a name is 1 to {MAX_NAME_CHARS} printable ASCII "
+                              "characters (it reaches response headers, metric labels "
+                              "and log lines)")
 
 
 def _select_rule(rule: SelectRule) -> SelectRuleSpec:
@@ -105,34 +141,41 @@ def _providers(raw: RawConfig, env: Mapping[str, str], errors: list[str],
         if p.api_key_env:
             key = _secret(env, p.api_key_env)
             if key is None:
-                warnings.append(f"providers.{name}.api_key_env: environment variable "
-                                f"{p.api_key_env} is not set; calls go without a key")
+                warnings.append(f"{path('providers', name, 'api_key_env')}: environment "
+                                f"variable {p.api_key_env} is not set; calls go without a key")
             elif not all("\x21" <= c <= "\x7e" for c in key):
                 # Such a value fails in the HTTP library, whose message (and debug log) quotes it.
-                errors.append(f"providers.{name}.api_key_env: the value of {p.api_key_env} has "
-                              "characters a key cannot have (spaces, control or non-ASCII)")
+                errors.append(f"{path('providers', name, 'api_key_env')}: the value of "
+                              f"{p.api_key_env} has characters a key cannot have (spaces, "
+                              "control or non-ASCII)")
         if p.quota_source:
             parts = urlsplit(p.base_url)
             if parts.scheme != "https" and not _is_loopback(parts.hostname or ""):
-                errors.append(f"providers.{name}.quota_source: the key is only sent over "
-                              f"https (or to a loopback host), but base_url is {p.base_url!r}")
+                errors.append(f"{path('providers', name, 'quota_source')}: the key is only sent "
+                              f"over https (or to a loopback host), but base_url is "
+                              f"{p.base_url!r}")
         out[name] = ProviderSpec(
             name=name, base_url=p.base_url, headers=tuple(p.headers.items()),
             max_retries=p.max_retries, timeout_secs=p.timeout_secs,
             connect_timeout_secs=p.connect_timeout_secs, health_path=p.health_path,
             connect_retry_window_secs=p.connect_retry_window_secs,
-            quota_source=p.quota_source, api_key_env=p.api_key_env, api_key=key)
+            quota_source=p.quota_source, api_key_env=p.api_key_env, api_key=key,
+            catalog_id=p.catalog_id,
+            proxy=p.proxy, ca_file=p.ca_file, client_cert=p.client_cert,
+            client_key=p.client_key, max_concurrent=p.max_concurrent)
     return out
 
 
-def _targets(raw: RawConfig, errors: list[str]) -> dict[str, TargetSpec]:
+def _targets(raw: RawConfig, errors: list[str], known: Salvage) -> dict[str, TargetSpec]:
     out: dict[str, TargetSpec] = {}
     for name, t in raw.targets.items():
         eps = []
         for i, e in enumerate(t.endpoints):
-            if e.provider not in raw.providers:
-                errors.append(f"targets.{name}.endpoints[{i}].provider: unknown provider "
-                              f"{e.provider!r} (known: {sorted(raw.providers)})")
+            if e.provider not in raw.providers and not known.exists("providers", e.provider):
+                errors.append(f"{path('targets', name, 'endpoints', i, 'provider')}: unknown "
+                              f"provider {e.provider!r}"
+                              + did_you_mean(e.provider, known.names("providers", raw.providers),
+                                             "provider"))
             eps.append(EndpointSpec(
                 provider=e.provider, model=e.model, context_window=e.context_window,
                 tools=e.tools, vision=e.vision,
@@ -143,25 +186,33 @@ def _targets(raw: RawConfig, errors: list[str]) -> dict[str, TargetSpec]:
     return out
 
 
-def _check_names(where: str, names: list[str], targets: Mapping[str, TargetSpec],
-                 errors: list[str]) -> None:
+def _unknown_target(where: str, name: str, targets: Mapping[str, TargetSpec],
+                    known: Salvage) -> str:
+    return f"{where}: unknown target {name!r}" + did_you_mean(
+        name, known.names("targets", targets), "target")
+
+
+def _check_names(where: tuple[str | int, ...], names: list[str],
+                 targets: Mapping[str, TargetSpec], errors: list[str], known: Salvage) -> None:
     for i, t in enumerate(names):
-        if t not in targets:
-            errors.append(f"{where}[{i}]: unknown target {t!r} (known: {sorted(targets)})")
+        if t not in targets and not known.exists("targets", t):
+            errors.append(_unknown_target(path(*where, i), t, targets, known))
     dupes = sorted({t for t in names if names.count(t) > 1})
     if dupes:
-        errors.append(f"{where}: targets repeat: {dupes}")
+        errors.append(f"{path(*where)}: targets repeat: {dupes}")
 
 
-def _pool_members(name: str, r: Route, targets: Mapping[str, TargetSpec],
-                  errors: list[str]) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+def _pool_members(name: str, r: Route, targets: Mapping[str, TargetSpec], errors: list[str],
+                  known: Salvage) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
     assert r.pool is not None
     pool = r.pool
     having = [t for t in sorted(targets) if pool.strength in targets[t].strengths]
     if not having:
         existing = sorted({s for t in targets.values() for s in t.strengths})
-        errors.append(f"routes.{name}.pool.strength: no target has strength "
-                      f"{pool.strength!r} (strengths that exist: {existing})")
+        if not known.any_broken("targets"):  # a broken target may have had the strength
+            errors.append(f"{path('routes', name, 'pool', 'strength')}: no target has "
+                          f"strength {pool.strength!r}"
+                          + did_you_mean(pool.strength, existing, "strength"))
         return (), ()
     members: list[str] = []
     left_out: list[tuple[str, str]] = []
@@ -184,31 +235,33 @@ def _pool_members(name: str, r: Route, targets: Mapping[str, TargetSpec],
                 continue
         members.append(t)
     if not members:
-        errors.append(f"routes.{name}.pool: no target with strength {pool.strength!r} "
-                      f"qualifies (left out: {dict(left_out)})")
+        errors.append(f"{path('routes', name, 'pool')}: no target with strength "
+                      f"{pool.strength!r} qualifies (left out: {dict(left_out)})")
     return tuple(members), tuple(left_out)
 
 
-def _routes(raw: RawConfig, targets: dict[str, TargetSpec],
-            errors: list[str]) -> dict[str, RouteSpec]:
+def _routes(raw: RawConfig, targets: dict[str, TargetSpec], errors: list[str],
+            known: Salvage) -> dict[str, RouteSpec]:
     out: dict[str, RouteSpec] = {}
     for name, r in raw.routes.items():
-        where = f"routes.{name}"
+        where = ("routes", name)
         left_out: tuple[tuple[str, str], ...] = ()
         if r.pool is not None:
-            members, left_out = _pool_members(name, r, targets, errors)
+            members, left_out = _pool_members(name, r, targets, errors, known)
         else:
             members = tuple(r.targets or ())
-            _check_names(f"{where}.targets", list(members), targets, errors)
+            _check_names((*where, "targets"), list(members), targets, errors, known)
         for tier in ("efficient", "capable"):
-            _check_names(f"{where}.{tier}", list(getattr(r, tier) or []), targets, errors)
-        if r.judge is not None and r.judge not in targets:
-            errors.append(f"{where}.judge: unknown target {r.judge!r}")
+            _check_names((*where, tier), list(getattr(r, tier) or []), targets, errors, known)
+        if r.judge is not None and r.judge not in targets and not known.exists("targets",
+                                                                                r.judge):
+            errors.append(_unknown_target(path(*where, "judge"), r.judge, targets, known))
         tail = tuple(r.then.targets) if r.then else ()
-        _check_names(f"{where}.then.targets", list(tail), targets, errors)
+        _check_names((*where, "then", "targets"), list(tail), targets, errors, known)
         for t in tail:
             if t in members:
-                errors.append(f"{where}.then.targets: {t!r} is already a pool member")
+                errors.append(f"{path(*where, 'then', 'targets')}: {t!r} is already a pool "
+                              "member")
         spec = RouteSpec(
             name=name, type=r.type, targets=members,
             fallback_on=_fallback(r),
@@ -224,7 +277,8 @@ def _routes(raw: RawConfig, targets: dict[str, TargetSpec],
             efficient=tuple(r.efficient or ()), capable=tuple(r.capable or ()),
             judge=r.judge, mode=r.mode, confidence_threshold=r.confidence_threshold,
             confirmations=r.confirmations)
-        if spec.allowed_classes:
+        if spec.allowed_classes and not any(known.exists("targets", t)
+                                                for t in spec.all_targets):
             _check_strict(where, spec, targets, errors)
         out[name] = spec
     return out
@@ -238,62 +292,78 @@ def _fallback(r: Route) -> frozenset[str]:
     return DEFAULT_FALLBACK
 
 
-def _check_strict(where: str, r: RouteSpec, targets: Mapping[str, TargetSpec],
+def _check_strict(where: tuple[str, ...], r: RouteSpec, targets: Mapping[str, TargetSpec],
                   errors: list[str]) -> None:
     allowed = set(r.allowed_classes or ())
     mentioned = [t for t in r.all_targets if t in targets]
     unclassed = [t for t in mentioned if targets[t].class_ is None]
     if unclassed:
-        errors.append(f"{where}.allowed_classes: the route is strict but targets {unclassed} "
-                      "have no class")
+        errors.append(f"{path(*where, 'allowed_classes')}: the route is strict but targets "
+                      f"{unclassed} have no class")
     if mentioned and not any(targets[t].class_ in allowed for t in mentioned):
-        errors.append(f"{where}.allowed_classes: no target of the route has an allowed class "
-                      f"{sorted(allowed)}")
+        errors.append(f"{path(*where, 'allowed_classes')}: no target of the route has an "
+                      f"allowed class {sorted(allowed)}")
     for t in r.tail:
         if t in targets and targets[t].class_ is not None and targets[t].class_ not in allowed:
-            errors.append(f"{where}.then.targets: {t!r} has class {targets[t].class_!r}, "
-                          f"not one of allowed_classes {sorted(allowed)}")
+            errors.append(f"{path(*where, 'then', 'targets')}: {t!r} has class "
+                          f"{targets[t].class_!r}, not one of allowed_classes {sorted(allowed)}")
 
 
-def _check_select(raw: RawConfig, routes: Mapping[str, RouteSpec], errors: list[str]) -> None:
+def _route_known(name: str, routes: Mapping[str, RouteSpec], known: Salvage) -> bool:
+    return name in routes or known.exists("routes", name) or known.exists("targets", name)
+
+
+def _route_names(routes: Mapping[str, RouteSpec], known: Salvage) -> set[str]:
+    return known.names("routes", routes) | known.names("targets", ())
+
+
+def _check_select(raw: RawConfig, routes: Mapping[str, RouteSpec], errors: list[str],
+                  known: Salvage) -> None:
     names: set[str] = set()
     catch_all: int | None = None
-    for i, rule in enumerate(raw.select):
-        label = f"select[{i}]" + (f" ({rule.name})" if rule.name else "")
+    for pos, rule in enumerate(raw.select):
+        i = known.rule_index(pos)
+        named = f" (rule {rule.name!r})" if rule.name else ""
         if catch_all is not None:
-            errors.append(f"{label}: follows the catch-all rule select[{catch_all}] and could "
-                          "never match")
-        if rule.route not in routes:
-            errors.append(f"{label}.route: unknown route {rule.route!r}")
+            errors.append(f"{path('select', i)}: follows the catch-all rule "
+                          f"{path('select', catch_all)} and could never match{named}")
+        if not _route_known(rule.route, routes, known):
+            errors.append(f"{path('select', i, 'route')}: unknown route {rule.route!r}"
+                          + did_you_mean(rule.route, _route_names(routes, known), "route")
+                          + named)
         if rule.name:
             if rule.name in names:
-                errors.append(f"{label}.name: repeats the rule name {rule.name!r}")
+                errors.append(f"{path('select', i, 'name')}: repeats the rule name "
+                              f"{rule.name!r}")
             names.add(rule.name)
         pt = rule.when.prompt_tokens
+        where = path("select", i, "when", "prompt_tokens")
         if pt is not None:
             if not pt:
-                errors.append(f"{label}.when.prompt_tokens: give min, max or both")
+                errors.append(f"{where}: give min, max or both{named}")
             elif "min" in pt and "max" in pt and pt["min"] > pt["max"]:
-                errors.append(f"{label}.when.prompt_tokens: min {pt['min']} > max {pt['max']}")
-        if rule.when.is_empty() and catch_all is None:
+                errors.append(f"{where}: min {pt['min']} > max {pt['max']}{named}")
+        if rule.when.is_empty() and catch_all is None and not known.rule_broken(pos):
             catch_all = i
 
 
 def _keys(raw: RawConfig, routes: Mapping[str, RouteSpec], env: Mapping[str, str],
-          errors: list[str]) -> dict[str, KeySpec]:
+          errors: list[str], known: Salvage) -> dict[str, KeySpec]:
     out: dict[str, KeySpec] = {}
     for kid, k in raw.keys.items():
+        for i, r in enumerate(k.allowed_routes or []):
+            if not _route_known(r, routes, known):
+                errors.append(f"{path('keys', kid, 'allowed_routes', i)}: unknown route {r!r}"
+                              + did_you_mean(r, _route_names(routes, known), "route"))
         if k.key_env is not None:
             value = _secret(env, k.key_env)
             if not value:
-                errors.append(f"keys.{kid}.key_env: environment variable {k.key_env} is not set")
+                errors.append(f"{path('keys', kid, 'key_env')}: environment variable "
+                              f"{k.key_env} is not set")
                 continue
             digest = hashlib.sha256(value.encode()).digest()
         else:
             digest = bytes.fromhex(k.key_sha256 or "")
-        for r in k.allowed_routes or []:
-            if r not in routes:
-                errors.append(f"keys.{kid}.allowed_routes: unknown route {r!r}")
         out[kid] = KeySpec(
             id=kid, digest=digest,
             allowed_routes=frozenset(k.allowed_routes) if k.allowed_routes is not None else None,

@@ -35,10 +35,13 @@ class HealthSpec:
 
 @dataclass(frozen=True, slots=True)
 class RouterSpec:
-    """``[router]``: readiness probing."""
+    """``[router]``: readiness probing, and upstream calls in flight per process
+    (``max_concurrent``; a call waits at most ``slot_wait_secs`` for a slot)."""
 
     probe_interval_secs: float = 5
     probe_timeout_secs: float = 2
+    max_concurrent: int = 10_000
+    slot_wait_secs: float = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +149,11 @@ class TargetSpec:
 
 @dataclass(frozen=True, slots=True)
 class ProviderSpec:
+    """One upstream. ``proxy``: None follows the environment, "" goes direct, else the
+    proxy URL (it may hold credentials: never shown). ``ca_file``/``client_cert``/
+    ``client_key``: TLS trust and mutual TLS; ``max_concurrent``: calls in flight
+    at once (None: only ``[router] max_concurrent``). See docs/upstream.md."""
+
     name: str
     base_url: str
     headers: tuple[tuple[str, str], ...] = ()
@@ -157,6 +165,12 @@ class ProviderSpec:
     quota_source: str | None = None
     api_key_env: str | None = None
     api_key: str | None = field(default=None, repr=False, compare=False)
+    catalog_id: str | None = None  # the provider's id in a models.dev catalogue
+    proxy: str | None = field(default=None, repr=False)
+    ca_file: str | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
+    max_concurrent: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +252,7 @@ class Config:
     source: str = "<memory>"
     digest: str = ""
     warnings: tuple[str, ...] = ()
+    includes: tuple[str, ...] = ()  # the included files' paths (a reload watches them too)
 
     def endpoint_keys(self) -> list[tuple[str, EndpointSpec]]:
         """(target, endpoint) for every endpoint in the file, in file order."""
@@ -250,11 +265,14 @@ class Config:
 
 def public_document(file_doc: dict[str, Any], routes: Mapping[str, RouteSpec]) -> dict[str, Any]:
     """``file_doc`` (the parsed file as JSON) made safe to show: key digests dropped,
-    credential-like static headers redacted, routes as resolved (pools expanded)."""
+    credential-like static headers redacted, proxy credentials removed, routes as
+    resolved (pools expanded)."""
     data = copy.deepcopy(file_doc)
     for k in data.get("keys", {}).values():
         k.pop("key_sha256", None)
     for p in data.get("providers", {}).values():
+        if p.get("proxy"):
+            p["proxy"] = _proxy_shown(p["proxy"])
         headers = p.get("headers") or {}
         for name in headers:
             if SECRET_HEADER_RE.search(name):
@@ -271,3 +289,14 @@ def public_document(file_doc: dict[str, Any], routes: Mapping[str, RouteSpec]) -
         for name, r in routes.items()
     }
     return data
+
+
+def _proxy_shown(url: str) -> str:
+    """A proxy URL without its user and password (``http://[redacted]@host:port``)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "http", url
+    netloc, slash, path = rest.partition("/")
+    if "@" in netloc:
+        netloc = "[redacted]@" + netloc.rpartition("@")[2]
+    return f"{scheme}://{netloc}{slash}{path}"

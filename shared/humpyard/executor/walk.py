@@ -38,10 +38,11 @@ from humpyard.upstream.classify import (
     BODY_HEAD_BYTES,
     Classification,
     FailureClass,
+    classify_failure,
     classify_status,
-    classify_transport,
 )
-from humpyard.upstream.client import TransportFailure, UpstreamClient, UpstreamResponse
+from humpyard.upstream.client import UpstreamClient, UpstreamResponse
+from humpyard.upstream.errors import ConnectFailure, ReadTimeout, TransportFailure
 from humpyard.upstream.resend import redials
 
 log = logging.getLogger("humpyard.executor")
@@ -241,10 +242,9 @@ class Executor:
                 else:
                     raw = await resp.read(ERROR_BODY_LIMIT)
                     failure, cls = self._http_failure(resp, raw, ep)
-        except TimeoutError:
+        except TimeoutError:  # the whole call's bound (timeout_secs), however it was spent
             failure, cls = self._transport_failure(
-                TransportFailure("read_timeout", f"timeout after {provider.timeout_secs:g}s "
-                                 f"{_addr(provider)}"), ep)
+                ReadTimeout(f"timeout after {provider.timeout_secs:g}s {_addr(provider)}"), ep)
         except TransportFailure as tf:
             failure, cls = self._transport_failure(tf, ep)
         finally:
@@ -322,10 +322,12 @@ class Executor:
 
     def _transport_failure(self, tf: TransportFailure,
                            ep: EndpointSpec) -> tuple[Failure, Classification]:
-        cls = classify_transport(tf.kind)
-        status = 504 if cls.failure_class == FailureClass.TIMEOUT else 502
-        return Failure(status, tf.message, str(cls.failure_class),
-                       never_delivered=tf.never_delivered), cls
+        """A call without an HTTP answer: its class says the status (502, 503 for a
+        concurrency limit, 504 for a timeout) and whether a re-dial is free; only a
+        connection never made is re-dialled (a slot timeout would only wait again)."""
+        cls = classify_failure(tf)
+        return Failure(tf.status, tf.message, str(cls.failure_class),
+                       never_delivered=isinstance(tf, ConnectFailure)), cls
 
     async def _resend(self, where: tuple[PlannedTarget, EndpointSpec], config: Config,
                       body: dict[str, Any], stream: bool, path: str, attempts: list[Attempt],

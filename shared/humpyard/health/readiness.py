@@ -16,7 +16,9 @@ nor more than one per cache window, per provider. A cached answer is
 dropped when the provider's probe URL changes (a reload).
 
 Readiness only observes: an unready endpoint is skipped without an attempt
-and without touching its breaker; the caller decides that.
+and without touching its breaker; the caller decides that. Probes go through
+the gateway's own connection pool, so they follow the same proxy and TLS
+settings as the provider's calls (docs/upstream.md).
 """
 
 from __future__ import annotations

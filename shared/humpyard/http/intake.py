@@ -102,7 +102,8 @@ async def take(gw: Gateway, protocol: ClientProtocol, scope: Scope, receive: Rec
                 rec.replying = True
                 try:
                     return await send_stream(send, receive, headers,
-                                             protocol.stream(call, events))
+                                             protocol.stream(call, events),
+                                             call.config.stream_heartbeat_secs)
                 finally:  # however the stream ended: the upstream released, the record told
                     await events.aclose()
             rec.answered(served)

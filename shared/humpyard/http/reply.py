@@ -47,13 +47,30 @@ async def _until_disconnect(receive: Receive) -> None:
         pass
 
 
+HEARTBEAT = b": keep-alive\n\n"
+
+
 async def send_stream(send: Send, receive: Receive, headers: dict[str, str],
-                      chunks: AsyncIterator[bytes]) -> None:
+                      chunks: AsyncIterator[bytes], heartbeat_secs: float = 0) -> None:
     """A 200 event stream, one body message per chunk; ``chunks`` is closed at the end
-    whether it ran out, failed or the client left."""
+    whether it ran out, failed or the client left.
+
+    With ``heartbeat_secs``, every silence that long between chunks is filled with an
+    SSE comment (``HEARTBEAT``, which every SSE client skips), so an idle timeout on
+    the way (API Gateway's, a proxy's) never cuts a stream whose model is thinking.
+    The timer is re-armed per chunk; a beat is never sent while a chunk is."""
     task = asyncio.current_task()
     assert task is not None
+    loop = asyncio.get_running_loop()
     sending = True
+    beat: asyncio.Future[None] | None = None
+    timer: asyncio.TimerHandle | None = None
+
+    def pulse() -> None:
+        nonlocal beat, timer
+        beat = asyncio.ensure_future(
+            send({"type": "http.response.body", "body": HEARTBEAT, "more_body": True}))
+        timer = loop.call_later(heartbeat_secs, pulse)
 
     def client_left(listener: asyncio.Future[None]) -> None:
         if sending and not listener.cancelled() and listener.exception() is None:
@@ -66,8 +83,21 @@ async def send_stream(send: Send, receive: Receive, headers: dict[str, str],
     raw.extend(SSE_HEADERS)
     try:
         await send({"type": "http.response.start", "status": 200, "headers": raw})
+        if heartbeat_secs > 0:
+            timer = loop.call_later(heartbeat_secs, pulse)
         async for chunk in chunks:
+            if timer is not None:
+                timer.cancel()
+                if beat is not None:
+                    await beat  # never two sends at once
+                    beat = None
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if heartbeat_secs > 0:
+                timer = loop.call_later(heartbeat_secs, pulse)
+        if timer is not None:
+            timer.cancel()
+            if beat is not None:
+                await beat
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     except asyncio.CancelledError:
         if not (listener.done() and not listener.cancelled()):
@@ -76,6 +106,8 @@ async def send_stream(send: Send, receive: Receive, headers: dict[str, str],
     finally:
         sending = False
         listener.cancel()
+        if timer is not None:
+            timer.cancel()
         aclose = getattr(chunks, "aclose", None)
         if aclose is not None:
             with contextlib.suppress(Exception):

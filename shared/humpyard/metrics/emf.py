@@ -25,11 +25,8 @@ Values per kind:
 - counter: the increase since the previous ``records()`` call; series
   that did not move are left out (alarms should treat missing data as 0,
   ``TreatMissingData: notBreaching``).
-- gauge: the current value of every series that changed since the previous
-  call, and of the others once a minute (``GAUGE_REPEAT_MS``): a Lambda
-  instance emits after every request, and repeating every series each time
-  would cost a log line per series per request. Alarms on a gauge should
-  treat missing data as the last value or use periods of a minute or more.
+- gauge: the current value of every series at each call (a Lambda instance
+  hands its gauges over once a minute: ``aws/build.py``).
 - histogram: the values observed since the previous call (an array; at most
   100, beyond that a uniform sample of 100, so percentiles stay
   representative but ``SampleCount`` is then a lower bound; count with the
@@ -54,7 +51,7 @@ def records(metrics: Iterable[Counter | Gauge | Histogram], *, namespace: str, s
     histograms' samples are emptied) and shape them as EMF records."""
     groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[tuple[str, str, list[float]]]] = {}
     for m in metrics:
-        for key, values in m.take(timestamp_ms):
+        for key, values in m.take():
             groups.setdefault((m.labelnames, key), []).append((m.name, m.unit, values))
     out: list[dict[str, Any]] = []
     for (names, key), entries in groups.items():

@@ -58,6 +58,12 @@ class GatewayMetrics:
     - ``ledger_lost`` → ``humpyard_ledger_lost_total{kind,reason}`` counter; kind is
       ``decision`` or ``spend``, reason ``overload`` (shed at the queue's bound) or
       ``error`` (the store refused or failed the write). See docs/operations.md.
+    - ``upstream_in_flight`` → ``humpyard_upstream_in_flight{provider}`` gauge: upstream
+      calls holding a concurrency slot (docs/upstream.md "Concurrency").
+    - ``upstream_waiting`` → ``humpyard_upstream_waiting{provider}`` gauge: calls waiting
+      for a slot.
+    - ``upstream_slot_timeouts`` → ``humpyard_upstream_slot_timeouts_total{provider}``
+      counter: calls that got no slot within ``[router] slot_wait_secs``.
 
     Declaring the set twice over one registry returns the same metric objects.
     """
@@ -127,6 +133,15 @@ class GatewayMetrics:
             "humpyard_ledger_lost_total", "Ledger items not written, by kind (decision, "
             "spend) and reason (overload, error); each is logged with its payload.",
             ("kind", "reason"))
+        self.upstream_in_flight: Gauge = m.gauge(
+            "humpyard_upstream_in_flight", "Upstream calls holding a concurrency slot.",
+            ("provider",), unit="Count")
+        self.upstream_waiting: Gauge = m.gauge(
+            "humpyard_upstream_waiting", "Upstream calls waiting for a concurrency slot.",
+            ("provider",), unit="Count")
+        self.upstream_slot_timeouts: Counter = m.counter(
+            "humpyard_upstream_slot_timeouts_total", "Upstream calls that got no concurrency "
+            "slot in time.", ("provider",))
 
     def names(self) -> frozenset[str]:
         """The metric names this set declares."""
@@ -137,4 +152,5 @@ class GatewayMetrics:
             self.routability_resends, self.routability_resend_seconds, self.gateway_overhead,
             self.endpoint_state, self.quota_percent, self.budget_spend_usd,
             self.ledger_queue_depth, self.ledger_lag, self.ledger_batch_size,
-            self.ledger_write_seconds, self.ledger_lost))
+            self.ledger_write_seconds, self.ledger_lost,
+            self.upstream_in_flight, self.upstream_waiting, self.upstream_slot_timeouts))

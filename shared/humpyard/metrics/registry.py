@@ -31,9 +31,6 @@ _LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 RESERVED_LABELS = frozenset({"le", "quantile", "service", "value", "self"})
 # CloudWatch accepts at most 100 values per metric in one EMF document.
 EMF_MAX_VALUES = 100
-# A gauge that did not change is taken again at most this often (a Lambda instance
-# flushes metrics after every request; see metrics/emf.py).
-GAUGE_REPEAT_MS = 60_000
 
 LabelKey = tuple[str, ...]
 
@@ -116,7 +113,7 @@ class Counter(_Metric):
         with self._lock:
             return dict(self._values)
 
-    def take(self, now_ms: int = 0) -> list[tuple[LabelKey, list[float]]]:
+    def take(self) -> list[tuple[LabelKey, list[float]]]:
         """Per series, the increase since the previous ``take``; unmoved series are left out."""
         out = []
         with self._lock:
@@ -136,7 +133,6 @@ class Gauge(_Metric):
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self._values: dict[LabelKey, float] = {}
-        self._taken: dict[LabelKey, tuple[float, int]] = {}  # value and time last taken
 
     def set(self, value: float, **labels: Any) -> None:
         """Set the series named by ``labels`` to ``value``."""
@@ -182,23 +178,13 @@ class Gauge(_Metric):
         with self._lock:
             return dict(self._values)
 
-    def take(self, now_ms: int = 0) -> list[tuple[LabelKey, list[float]]]:
-        """The series whose value changed since the previous ``take``, or was last
-        taken ``GAUGE_REPEAT_MS`` or more before ``now_ms`` (an unlabelled gauge
-        that was never set reads 0)."""
+    def take(self) -> list[tuple[LabelKey, list[float]]]:
+        """Every series' current value (an unlabelled gauge that was never set reads 0)."""
         with self._lock:
             items = list(self._values.items())
-            if not items and not self.labelnames:
-                items = [((), 0.0)]
-            out = []
-            for key, v in items:
-                last = self._taken.get(key)
-                if not math.isfinite(v) or (
-                        last is not None and last[0] == v and now_ms - last[1] < GAUGE_REPEAT_MS):
-                    continue
-                self._taken[key] = (v, now_ms)
-                out.append((key, [v]))
-        return out
+        if not items and not self.labelnames:
+            return [((), [0.0])]
+        return [(key, [v]) for key, v in items if math.isfinite(v)]
 
 
 class _HistSeries:
@@ -253,7 +239,7 @@ class Histogram(_Metric):
         with self._lock:
             return {k: (list(s.counts), s.sum, s.count) for k, s in self._series.items()}
 
-    def take(self, now_ms: int = 0) -> list[tuple[LabelKey, list[float]]]:
+    def take(self) -> list[tuple[LabelKey, list[float]]]:
         """Per series, the values observed since the previous ``take``: all of them up to
         ``EMF_MAX_VALUES``, beyond that a uniform sample of that many."""
         out = []

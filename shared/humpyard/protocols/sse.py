@@ -1,77 +1,119 @@
-"""Server-sent events: an incremental decoder and an encoder.
+"""Server-sent events: an incremental decoder (WHATWG rules) and an encoder.
 
-The decoder takes bytes as they arrive (any split, including inside a line or
-a multi-byte character) and returns complete events. It follows the SSE
-rules that matter for LLM streams: ``event:`` and ``data:`` fields, multiple
-``data:`` lines joined by newlines, comments (``:``) ignored, CRLF or LF.
+The decoder takes bytes as they arrive (any split, including inside a line, a
+multi-byte character or a CRLF pair) and returns complete events, following the
+HTML standard's event-stream interpretation: one leading U+FEFF (BOM) is
+skipped; lines end with CRLF, LF or CR, in any mix; a blank line dispatches the
+event; a line starting with ``:`` is a comment; a line without ``:`` is a field
+with an empty value; one space after the colon is dropped; ``data`` lines are
+joined with ``\\n``; ``event`` names the type; ``id`` sets the last event id
+(kept across events; ignored if it contains NUL); ``retry`` is kept when it is
+all ASCII digits; unknown fields are ignored. A block with no ``data`` field
+dispatches nothing (its ``event`` is dropped), and a block cut off by the end of
+the stream is never dispatched.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+_EOL = re.compile(rb"\r\n|\r|\n")
+_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True, slots=True)
 class SSEEvent:
-    """One dispatched event. ``wire`` is its exact bytes as received, for pass-through."""
+    """One dispatched event. ``wire`` is its exact bytes as received (a leading BOM
+    aside), for pass-through; ``id`` is the last event id when it was dispatched;
+    ``retry`` the reconnection time it set, in ms, if it set one."""
 
     data: str
     event: str | None = None
     wire: bytes = b""
+    id: str | None = None
+    retry: int | None = None
 
 
 class SSEDecoder:
     """Feed bytes, get events. Incomplete trailing data waits for the next feed."""
 
+    __slots__ = ("_buf", "_scan", "_data", "_event", "_retry", "_last_id", "_started",
+                 "_skip_lf")
+
     def __init__(self) -> None:
-        self._buf = b""
+        self._buf = b""  # the current block's bytes (complete lines, then a partial one)
+        self._scan = 0  # where the partial line starts in _buf
+        self._data: list[str] = []
+        self._event: str | None = None
+        self._retry: int | None = None
+        self._last_id: str | None = None
+        self._started = False  # past the (optional) leading BOM
+        self._skip_lf = False  # the last line ended in CR: a LF next belongs to it
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
-        self._buf += chunk
+        """The events completed by ``chunk``."""
+        if self._skip_lf and chunk:
+            self._skip_lf = False
+            if chunk[0] == 0x0A:
+                chunk = chunk[1:]
+        buf = self._buf + chunk if self._buf else chunk
+        if not self._started:
+            if len(buf) < 3 and _BOM.startswith(buf):
+                self._buf = buf
+                return []
+            self._started = True
+            if buf.startswith(_BOM):
+                buf = buf[3:]
         events: list[SSEEvent] = []
-        while True:
-            end, sep_len = _find_blank_line(self._buf)
-            if end < 0:
-                return events
-            block = self._buf[: end + sep_len]
-            self._buf = self._buf[end + sep_len :]
-            ev = _parse_block(block)
+        start = 0  # the current block's start in buf
+        pos = self._scan
+        for m in _EOL.finditer(buf, pos):
+            line = buf[pos:m.start()]
+            end = m.end()
+            if m.end() == len(buf) and buf[m.start()] == 0x0D and m.end() - m.start() == 1:
+                self._skip_lf = True  # a CR at the very end: a LF may follow in the next feed
+            pos = end
+            if line:
+                self._field(line)
+                continue
+            ev = self._dispatch(buf[start:end])
             if ev is not None:
                 events.append(ev)
+            start = end
+        self._buf = buf[start:]
+        self._scan = pos - start
+        return events
+
+    def _field(self, line: bytes) -> None:
+        if line[0] == 0x3A:  # ":" a comment
+            return
+        name, colon, value = line.partition(b":")
+        if colon and value[:1] == b" ":
+            value = value[1:]
+        if name == b"data":
+            self._data.append(value.decode("utf-8", "replace"))
+        elif name == b"event":
+            self._event = value.decode("utf-8", "replace")
+        elif name == b"id":
+            if b"\x00" not in value:
+                self._last_id = value.decode("utf-8", "replace")
+        elif name == b"retry":
+            if value.isdigit():
+                self._retry = int(value)
+
+    def _dispatch(self, wire: bytes) -> SSEEvent | None:
+        data, event, retry = self._data, self._event, self._retry
+        self._data, self._event, self._retry = [], None, None
+        if not data:
+            return None
+        return SSEEvent(data="\n".join(data), event=event or None, wire=wire,
+                        id=self._last_id, retry=retry)
 
     @property
     def pending(self) -> bytes:
         """Bytes received but not yet part of a complete event."""
         return self._buf
-
-
-def _find_blank_line(buf: bytes) -> tuple[int, int]:
-    best = -1
-    best_len = 0
-    for sep in (b"\n\n", b"\r\n\r\n", b"\r\r"):
-        i = buf.find(sep)
-        if i >= 0 and (best < 0 or i < best):
-            best, best_len = i, len(sep)
-    return best, best_len
-
-
-def _parse_block(block: bytes) -> SSEEvent | None:
-    text = block.decode("utf-8", errors="replace")
-    event: str | None = None
-    data_lines: list[str] = []
-    for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
-        if not line or line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        if value.startswith(" "):
-            value = value[1:]
-        if name == "data":
-            data_lines.append(value)
-        elif name == "event":
-            event = value
-    if not data_lines and event is None:
-        return None
-    return SSEEvent(data="\n".join(data_lines), event=event, wire=block)
 
 
 def encode(data: str, event: str | None = None) -> bytes:

@@ -13,7 +13,9 @@ or when that sample is at least ``HISTORY_EVERY_SECS`` (15 minutes) old.
 0.0 for a window's first sample.
 
 The provider key is only handed to the source; it is scrubbed from every
-reason, snapshot, view and log line this module produces.
+reason, snapshot, view and log line this module produces. Polls go through the
+gateway's connection pool and follow the provider's proxy and TLS settings
+(docs/upstream.md).
 """
 
 from __future__ import annotations

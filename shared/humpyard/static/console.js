@@ -55,6 +55,20 @@ const HY = (() => {
   const $ = (sel, root = document) => root.querySelector(sel);
   const $$ = (sel, root = document) => Array.from(root.querySelectorAll(sel));
 
+  // A name from the configuration or a request (route, target, provider, model, key...):
+  // one line, cut with an ellipsis where it does not fit, the whole name on hover
+  // (the title). `tag` lets a flex or grid item carry it itself (docs/ui.md, "Long names").
+  function name(text, tag = "span", cls = "") {
+    const s = text === null || text === undefined || text === "" ? "—" : String(text);
+    return h(tag, {class: "name" + (cls ? " " + cls : ""), title: s}, s);
+  }
+
+  // Free text that may be long (an upstream's error, a reason): four lines at most, all of it on hover.
+  function clamped(text, tag = "div", cls = "") {
+    const s = text === null || text === undefined || text === "" ? "—" : String(text);
+    return h(tag, {class: "clamp" + (cls ? " " + cls : ""), title: s.length > 200 ? s : null}, s);
+  }
+
   function badge(text, kind) {
     return h("span", {class: "badge " + (kind || "")}, text);
   }
@@ -117,12 +131,17 @@ const HY = (() => {
   function value(v, depth = 0) {
     if (v === null || v === undefined) return h("span", {class: "muted"}, "—");
     if (typeof v === "boolean") return document.createTextNode(v ? "yes" : "no");
+    // A string without spaces is a name or an id: kept to one line. Text with spaces wraps.
+    if (typeof v === "string" && v && !/\s/.test(v)) return name(v);
+    if (typeof v === "string" && v.length > 300) return clamped(v, "span");
     if (typeof v !== "object") return document.createTextNode(String(v));
     if (depth > 4) return h("code", null, JSON.stringify(v));
     if (Array.isArray(v)) {
       if (!v.length) return h("span", {class: "muted"}, "none");
       if (v.every((x) => x === null || typeof x !== "object")) {
-        return document.createTextNode(v.map((x) => (x === null ? "—" : String(x))).join(", "));
+        const joined = v.map((x) => (x === null ? "—" : String(x))).join(", ");
+        return v.some((x) => typeof x === "string" && x.length > 40) ? name(joined)
+          : document.createTextNode(joined);
       }
       if (v.every((x) => x && typeof x === "object" && !Array.isArray(x))) return table(v, depth);
       return h("ol", {class: "plain"}, v.map((x) => h("li", null, value(x, depth + 1))));
@@ -236,7 +255,9 @@ const HY = (() => {
       if (raise) throw e;
       return null;
     }
-    $("#gateway-info").textContent = [config.source, config.digest].filter(Boolean).join(" · ");
+    const info = [config.source, config.digest].filter(Boolean).join(" · ");
+    $("#gateway-info").textContent = info;
+    $("#gateway-info").title = info;
     const routes = Object.entries(config.routes || {});
     fillList($("#dl-routes"), routes.filter(([, r]) => !r.implicit).map(([n]) => n)
       .concat(routes.filter(([, r]) => r.implicit).map(([n]) => n)));
@@ -315,7 +336,7 @@ const HY = (() => {
     loadConfig().then(activate);
   }
 
-  return {h, svg, clear, $, $$, badge, show, duration, clock, ms, num, countdown, value, table,
+  return {h, svg, clear, $, $$, name, clamped, badge, show, duration, clock, ms, num, countdown, value, table,
           extras, api, query, ApiError, register, refresh, schedule, start, fillList,
           config: () => config, loadConfig, onConfig: (fn) => configListeners.push(fn)};
 })();
@@ -323,11 +344,11 @@ const HY = (() => {
 // -- Routes and targets -----------------------------------------------------------
 
 (() => {
-  const {h, clear, $, badge, countdown, ms, api} = HY;
+  const {h, clear, $, name, badge, countdown, ms, api} = HY;
   const STATE_KIND = {healthy: "ok", cooling_down: "bad", probing: "warn"};
 
   function endpointItem(ep) {
-    const bits = [h("span", {class: "ep-name"}, ep.provider + "/" + ep.model),
+    const bits = [name(ep.provider + "/" + ep.model, "span", "ep-name"),
                   badge((ep.state || "unknown").replace("_", " "), STATE_KIND[ep.state] || "")];
     if (ep.state === "cooling_down") {
       bits.push(h("span", {class: "cooldown"}, "retry in ", countdown(ep.cooldown_remaining_ms, "now"),
@@ -339,8 +360,8 @@ const HY = (() => {
     return h("li", {class: "endpoint", dataset: {state: ep.state || "", endpoint: ep.provider + "/" + ep.model}}, bits);
   }
 
-  function targetItem(name, tail, cfgTarget, figure, endpoints) {
-    const head = [h("strong", null, name)];
+  function targetItem(target, tail, cfgTarget, figure, endpoints) {
+    const head = [name(target, "strong")];
     const cls = (figure && figure.class) || (cfgTarget && cfgTarget.class);
     if (cls) head.push(badge(cls, "class"));
     if (tail) head.push(badge("tail", "info"));
@@ -351,7 +372,7 @@ const HY = (() => {
     const latency = figure && typeof figure.current_latency_ms === "number"
       ? ms(figure.current_latency_ms) + " (" + figure.latency_samples + " samples)" : "no latency figure yet";
     head.push(h("span", {class: "muted latency"}, latency));
-    return h("li", {class: "target", dataset: {target: name}},
+    return h("li", {class: "target", dataset: {target}},
       h("div", {class: "target-head"}, head),
       endpoints.length ? h("ul", {class: "endpoints"}, endpoints.map(endpointItem))
                        : h("p", {class: "muted"}, "no endpoints reported"));
@@ -360,11 +381,11 @@ const HY = (() => {
   // pin_route overrides are not labelled in /v1/config; the card shows them from /v1/overrides.
   function pins(name, overrides) {
     return overrides.filter((o) => o.kind === "pin_route" && o.subject === name && !o.stale).map((o) =>
-      h("p", {class: "pin"}, badge("pinned", "warn"), " to " + (o.target || "?") + " by override #" + o.id +
+      h("p", {class: "pin"}, badge("pinned", "warn"), " to ", name(o.target || "?"), " by override #" + o.id +
         (o.reason ? ": " + o.reason : "")));
   }
 
-  function routeCard(name, route, config, health, overrides) {
+  function routeCard(routeName, route, config, health, overrides) {
     const figures = Object.fromEntries((health.targets || []).map((t) => [t.target, t]));
     const byTarget = {};
     for (const ep of health.endpoints || []) (byTarget[ep.target] = byTarget[ep.target] || []).push(ep);
@@ -375,12 +396,12 @@ const HY = (() => {
     meta.push(h("span", {class: "muted"}, "fails over on: " +
       (route.fallback_on && route.fallback_on.length ? route.fallback_on.join(", ") : "nothing")));
     for (const tier of ["efficient", "capable"]) {
-      if (route[tier]) meta.push(h("span", {class: "muted"}, tier + ": " + route[tier].join(", ")));
+      if (route[tier]) meta.push(name(tier + ": " + route[tier].join(", "), "span", "muted"));
     }
-    if (route.judge) meta.push(h("span", {class: "muted"}, "judge: " + route.judge));
-    return h("article", {class: "card route", dataset: {route: name}},
-      h("header", null, h("h3", null, name), meta),
-      pins(name, overrides),
+    if (route.judge) meta.push(name("judge: " + route.judge, "span", "muted"));
+    return h("article", {class: "card route", dataset: {route: routeName}},
+      h("header", null, name(routeName, "h3"), meta),
+      pins(routeName, overrides),
       h("ol", {class: "targets"}, names.map((t) =>
         targetItem(t, tail.includes(t), (config.targets || {})[t], figures[t], byTarget[t] || []))));
   }
@@ -419,7 +440,7 @@ const HY = (() => {
 // -- Decisions ----------------------------------------------------------------------
 
 (() => {
-  const {h, clear, $, badge, ms, num, clock, extras, api, query} = HY;
+  const {h, clear, $, name, clamped, badge, ms, num, clock, extras, api, query} = HY;
   const OUTCOME_KIND = {ok: "ok", failed: "bad", stream_broken: "bad"};
   const SHOWN = new Set(["request_id", "ts", "route", "rule", "outcome", "status", "key_id", "target",
     "provider", "latency_ms", "attempts", "excluded_targets", "policy_removed", "incapable_targets",
@@ -443,11 +464,11 @@ const HY = (() => {
       if (typeof a.retry_after_ms === "number") note.push("retry after " + ms(a.retry_after_ms));
       if (a.error) note.push(a.error);
       return h("tr", {class: a.failure_class || a.skipped ? "failed" : "ok"},
-        h("td", null, String(i + 1)), h("td", null, a.target || "—"),
-        h("td", null, (a.provider || "?") + "/" + (a.model || "?")), h("td", null, a.class || "—"),
+        h("td", null, String(i + 1)), h("td", null, name(a.target)),
+        h("td", null, name((a.provider || "?") + "/" + (a.model || "?"))), h("td", null, a.class || "—"),
         h("td", null, a.status === null || a.status === undefined ? "—" : String(a.status)),
         h("td", null, a.failure_class || "—"), h("td", null, ms(a.latency_ms)),
-        h("td", {class: "note"}, note.join("; ") || "—"));
+        h("td", {class: "note"}, clamped(note.join("; "))));
     });
     return h("div", {class: "scroll"}, h("table", {class: "data compact attempts"},
       h("thead", null, h("tr", null, ["#", "Target", "Endpoint", "Class", "Status", "Failure", "Latency", "Note"]
@@ -459,26 +480,26 @@ const HY = (() => {
     const add = (label, list, fmt) => {
       for (const x of list || []) items.push(h("li", null, badge(label, "warn"), " ", fmt(x)));
     };
-    const why = (x) => (x.target || "?") + (x.reason ? ": " + x.reason : "");
+    const why = (x) => [name(x.target || "?"), x.reason ? ": " + x.reason : ""];
     add("class", d.excluded_targets, why);
     add("policy", d.policy_removed, why);
     add("capability", d.incapable_targets, why);
-    add("override", d.overrides, (x) => why(x) + (x.id ? " (override #" + x.id + ")" : ""));
-    add("cold", d.cold_targets, (x) => (typeof x === "string" ? x + ": cooling down" : why(x)));
-    add("rule skipped", d.skipped_rules, (x) => (x.rule || "?") + " → " + (x.route || "?") + ": key may not use the route");
+    add("override", d.overrides, (x) => [why(x), x.id ? " (override #" + x.id + ")" : ""]);
+    add("cold", d.cold_targets, (x) => (typeof x === "string" ? [name(x), ": cooling down"] : why(x)));
+    add("rule skipped", d.skipped_rules, (x) => [name(x.rule || "?"), " → ", name(x.route || "?"),
+                                                 ": key may not use the route"]);
     return items.length ? h("ul", {class: "removals"}, items) : h("p", {class: "muted"}, "Nothing removed.");
   }
 
   function detail(d) {
     const crossed = d.fallback_crossed_classes;
     return h("div", {class: "detail"},
-      d.error ? h("p", {class: "error-text"}, d.error) : null,
+      d.error ? clamped(d.error, "p", "error-text") : null,
       h("h4", null, "Attempts"), attemptsTable(d.attempts),
       h("h4", null, "Removed before trying"), removals(d),
       h("p", null, "Fallback crossed classes: ",
         h("strong", null, crossed === true ? "yes" : crossed === false ? "no" : "unknown (unclassed target)")),
-      h("p", {class: "muted"}, ["Request " + d.request_id, "rule " + (d.rule || "—"), "key " + (d.key_id || "—")]
-        .join(" · ")),
+      h("p", {class: "muted"}, "Request " + d.request_id + " · rule ", name(d.rule), " · key ", name(d.key_id)),
       extras(d, SHOWN, "All other fields"));
   }
 
@@ -487,12 +508,12 @@ const HY = (() => {
     const open = expanded.has(id);
     const main = h("tr", {class: "decision" + (open ? " open" : ""), tabindex: "0", "aria-expanded": String(open),
                           dataset: {requestId: id || "", outcome: d.outcome || ""}},
-      h("td", null, clock(d.ts)), h("td", null, d.route || "—"), h("td", null, d.rule || "—"),
+      h("td", null, clock(d.ts)), h("td", null, name(d.route)), h("td", null, name(d.rule)),
       h("td", null, badge(d.outcome || "?", OUTCOME_KIND[d.outcome] || "warn")),
       h("td", null, d.status === undefined || d.status === null ? "—" : String(d.status)),
-      h("td", null, d.target ? d.target + (d.provider ? " @ " + d.provider : "") : "—"),
+      h("td", null, name(d.target ? d.target + (d.provider ? " @ " + d.provider : "") : "—")),
       h("td", null, ms(d.latency_ms)), h("td", null, num((d.attempts || []).length)),
-      h("td", null, d.key_id || "—"));
+      h("td", null, name(d.key_id)));
     const toggle = () => {
       if (expanded.has(id)) expanded.delete(id); else expanded.add(id);
       const next = main.nextElementSibling;

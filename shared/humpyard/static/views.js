@@ -5,7 +5,7 @@
 // -- Overrides ------------------------------------------------------------------------
 
 (() => {
-  const {h, clear, $, badge, clock, countdown, api, show, ApiError} = HY;
+  const {h, clear, $, name, badge, clock, countdown, api, show, ApiError} = HY;
   const SUBJECT = {disable_target: "Target", drain_provider: "Provider", pin_route: "Route"};
 
   function describe(e) {
@@ -42,9 +42,9 @@
       ? [badge("stale", "warn"), " ", countdown((ov.expires_in_secs || 0) * 1000, "expired")]
       : [countdown((ov.expires_in_secs || 0) * 1000, "expired")];
     return h("tr", {class: "override" + (ov.stale ? " stale" : ""), dataset: {overrideId: ov.id}},
-      h("td", null, "#" + ov.id), h("td", null, ov.kind || "—"), h("td", null, ov.subject || "—"),
-      h("td", null, ov.target || "—"), h("td", {class: "note"}, ov.reason || "—"),
-      h("td", null, ov.created_by || "—"), h("td", null, clock(ov.created_at)),
+      h("td", null, "#" + ov.id), h("td", null, ov.kind || "—"), h("td", null, name(ov.subject)),
+      h("td", null, name(ov.target)), h("td", {class: "note"}, HY.clamped(ov.reason)),
+      h("td", null, name(ov.created_by)), h("td", null, clock(ov.created_at)),
       h("td", {class: "expires", title: ov.stale
         ? "stale: its subject is no longer in the configuration, so it removes nothing" : null}, expires),
       h("td", null, removeButton(ov, sec)));
@@ -113,7 +113,7 @@
 // -- Explain ----------------------------------------------------------------------------
 
 (() => {
-  const {h, clear, $, badge, ms, extras, api, show, ApiError} = HY;
+  const {h, clear, $, name, badge, ms, extras, api, show, ApiError} = HY;
   const REMOVALS = [["excluded_targets", "Excluded by class"], ["ineligible_targets", "Removed by policy or budget"],
                     ["incapable_targets", "Cannot serve this request"], ["overridden_targets", "Removed by an override"],
                     ["health_skipped_targets", "Skipped as unhealthy"]];
@@ -150,9 +150,9 @@
       h("thead", null, h("tr", null, ["#", "Rule", "Route", "Matched", "Why not", "Key may use route"]
         .map((c) => h("th", null, c)))),
       h("tbody", null, rules.map((r) => h("tr", {class: r.matched ? "matched" : ""},
-        h("td", null, String(r.index)), h("td", null, r.label || r.name || "—"), h("td", null, r.route || "—"),
+        h("td", null, String(r.index)), h("td", null, name(r.label || r.name)), h("td", null, name(r.route)),
         h("td", null, badge(r.matched ? "matched" : "no", r.matched ? "ok" : "")),
-        h("td", {class: "note"}, (r.mismatches || []).join("; ") || "—"),
+        h("td", {class: "note"}, HY.clamped((r.mismatches || []).join("; "))),
         h("td", null, r.key_may_use_route === false ? badge("no", "bad") : "yes"))))));
   }
 
@@ -164,9 +164,9 @@
       h("thead", null, h("tr", null, ["#", "Target", "Class", "Endpoints", "Latency", "More"].map((c) => h("th", null, c)))),
       h("tbody", null, targets.map((t, i) => h("tr", {dataset: {target: t.name || ""}},
         h("td", null, String(i + 1)),
-        h("td", null, t.name || "?", t.tail ? [" ", badge("tail", "info")] : null, t.cold ? [" ", badge("cold", "bad")] : null),
+        h("td", null, name(t.name || "?"), t.tail ? [" ", badge("tail", "info")] : null, t.cold ? [" ", badge("cold", "bad")] : null),
         h("td", null, t.class || "—"),
-        h("td", null, (t.endpoints || []).map((e) => h("div", null, (e.provider || "?") + "/" + (e.model || "?") + " ",
+        h("td", null, (t.endpoints || []).map((e) => h("div", null, name((e.provider || "?") + "/" + (e.model || "?")), " ",
           badge((e.state || "?").replace("_", " "), e.state === "healthy" ? "ok" : "bad")))),
         h("td", null, typeof t.current_latency_ms === "number" ? ms(t.current_latency_ms) : "—"),
         h("td", null, extras(t, TARGET_SHOWN, "details")))))));
@@ -174,7 +174,7 @@
 
   function removalList(list) {
     return h("ul", {class: "removals"}, list.map((r) => h("li", null,
-      typeof r === "object" && r ? [h("strong", null, r.target || "?"), r.reason ? ": " + r.reason : "",
+      typeof r === "object" && r ? [name(r.target || "?", "strong"), r.reason ? ": " + r.reason : "",
         r.override_id ? " (override #" + r.override_id + ")" : ""] : String(r))));
   }
 
@@ -183,10 +183,10 @@
     const okay = answer.outcome === "ok";
     out.append(h("div", {class: "card explain-summary"},
       h("p", null, "Outcome ", badge(answer.outcome || "?", okay ? "ok" : "bad"),
-        answer.message ? h("span", {class: "error-text"}, " " + answer.message) : null),
+        answer.message ? HY.clamped(answer.message, "span", "error-text") : null),
       h("dl", {class: "kv"},
-        h("dt", null, "Route"), h("dd", {class: "selected-route"}, sel.route || "—"),
-        h("dt", null, "Rule"), h("dd", null, sel.rule || "—"),
+        h("dt", null, "Route"), h("dd", {class: "selected-route"}, name(sel.route)),
+        h("dt", null, "Rule"), h("dd", null, name(sel.rule)),
         h("dt", null, "Chosen by"), h("dd", null, sel.source || "—"))));
     out.append(h("h3", null, "Targets, in the order they would be tried"), targetsTable(answer.targets));
     for (const [key, title] of REMOVALS) {
@@ -254,7 +254,7 @@
   function providerCard(p) {
     const windows = Object.entries(p.windows || {});
     return h("article", {class: "card quota", dataset: {provider: p.provider || ""}},
-      h("header", null, h("h3", null, p.provider || "?"), badge(p.state || "unknown", STATE_KIND[p.state] || ""),
+      h("header", null, HY.name(p.provider || "?", "h3"), badge(p.state || "unknown", STATE_KIND[p.state] || ""),
         p.source ? h("span", {class: "muted"}, p.source) : null),
       p.reason ? h("p", {class: "muted"}, p.reason) : null,
       windows.length ? windows.map(([name, w]) => windowBar(name, w || {})) : h("p", {class: "muted"}, "No usage windows."));
@@ -274,7 +274,7 @@
       const label = String(g.key === null || g.key === undefined ? "(none)" : g.key);
       root.append(
         svg("text", {x: labelW - 6, y: y + 15, "text-anchor": "end", class: "label"},
-            label.length > 18 ? label.slice(0, 17) + "…" : label),
+            label.length > 17 ? label.slice(0, 16) + "…" : label),
         svg("rect", {x: labelW, y: y + 3, width: w.toFixed(1), height: rowH - 8, rx: 2, class: "bar-rect"}),
         svg("text", {x: labelW + w + 6, y: y + 15, class: "value"}, fmt(pick(g))),
         svg("title", null, label + ": " + fmt(pick(g))));

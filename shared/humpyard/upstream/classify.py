@@ -1,8 +1,9 @@
 """What a failed upstream call means: its failure class, and what to do next.
 
 Pure: no I/O, no httpx. The executor calls ``classify_status`` for an HTTP
-answer that is not a success and ``classify_transport`` for a call that got
-no answer, and acts on the returned ``Classification``:
+answer that is not a success and ``classify_failure`` for a call that got
+no answer (a ``TransportFailure``, whose class says what it means), and acts
+on the returned ``Classification``:
 
 - ``next_endpoint``: try the next endpoint of the same target (endpoints of a
   target are a rotation). When False the request stops at once, and the
@@ -38,6 +39,8 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+from humpyard.upstream.errors import TransportFailure
 
 BODY_HEAD_BYTES = 4096
 """How much of an error body is ever read."""
@@ -134,42 +137,16 @@ def classify_status(status: int, body_head: bytes = b"") -> Classification:
     return Classification(FailureClass.REQUEST, next_endpoint=False, counts_for_health=False)
 
 
-@dataclass(frozen=True, slots=True)
-class _TransportKind:
-    failure_class: FailureClass
-    never_delivered: bool
+def classify_failure(failure: TransportFailure) -> Classification:
+    """Classify a call that got no HTTP answer, by the failure's class.
 
-
-_TRANSPORT_KINDS: dict[str, _TransportKind] = {
-    "connect_refused": _TransportKind(FailureClass.CONNECTION, never_delivered=True),
-    "dns": _TransportKind(FailureClass.CONNECTION, never_delivered=True),
-    "connect_timeout": _TransportKind(FailureClass.TIMEOUT, never_delivered=True),
-    "read_timeout": _TransportKind(FailureClass.TIMEOUT, never_delivered=False),
-    "write_timeout": _TransportKind(FailureClass.TIMEOUT, never_delivered=False),
-    "pool_timeout": _TransportKind(FailureClass.TIMEOUT, never_delivered=False),
-    "reset": _TransportKind(FailureClass.CONNECTION, never_delivered=False),
-    "protocol": _TransportKind(FailureClass.CONNECTION, never_delivered=False),
-}
-
-TRANSPORT_KINDS: frozenset[str] = frozenset(_TRANSPORT_KINDS)
-"""The kinds ``classify_transport`` accepts."""
-
-
-def classify_transport(kind: str) -> Classification:
-    """Classify a call that got no HTTP answer.
-
-    ``kind`` is one of ``TRANSPORT_KINDS``: ``connect_refused``, ``dns`` and
-    ``connect_timeout`` never delivered a byte; ``read_timeout``,
-    ``write_timeout``, ``pool_timeout``, ``reset`` and ``protocol`` may have.
-    Every kind moves to the next endpoint and counts for health. Raises
-    ``ValueError`` for an unknown kind.
+    Total by construction: every ``TransportFailure`` class carries its
+    ``failure_class``, ``counts_for_health`` and ``never_delivered``
+    (``upstream/errors.py``). Every one moves to the next endpoint.
     """
-    try:
-        entry = _TRANSPORT_KINDS[kind]
-    except KeyError:
-        raise ValueError(f"unknown transport failure kind {kind!r}") from None
-    return Classification(entry.failure_class, next_endpoint=True, counts_for_health=True,
-                          never_delivered=entry.never_delivered)
+    return Classification(FailureClass(failure.failure_class), next_endpoint=True,
+                          counts_for_health=failure.counts_for_health,
+                          never_delivered=failure.never_delivered)
 
 
 def _names_code(body_head: bytes, codes: frozenset[str]) -> bool:

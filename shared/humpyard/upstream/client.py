@@ -1,29 +1,41 @@
-"""Calling an OpenAI-compatible upstream: one pooled client, named failures.
+"""Calling an OpenAI-compatible upstream: one pooled client, failures as types.
 
 ``UpstreamClient.open()`` sends one request to one endpoint and returns an
 ``UpstreamResponse`` whose body has not been read yet (the executor decides
 whether to buffer it or relay it as a stream); the caller must ``aclose()``
-it. Transport failures are ``TransportFailure``s with a message that names
-the cause and the address (``connect refused 127.0.0.1:9``) and whether the
-request can have reached the wire (``never_delivered``).
+it. The body comes decoded (gzip, deflate: ``upstream/encoding.py``). A call
+holds a concurrency slot (``upstream/limits.py``) until its body is done.
+Failures are ``TransportFailure``s (``upstream/errors.py``) whose class says
+what happened and whose message names the cause and the address
+(``connect refused 127.0.0.1:9``).
 
 The request path is ``FastTransport`` with a request head built once per
-provider and path (the key, static headers and address do not change between
-requests); httpx is imported only for side traffic (``http``: readiness probes,
-quota polls) or when a test injects an httpx transport (``upstream/bridge.py``).
+provider and path (the key, static headers, address, proxy and TLS settings do
+not change between requests); httpx is imported only for side traffic
+(``http``: readiness probes, quota polls) or when a test injects an httpx
+transport (``upstream/bridge.py``). Proxies and TLS trust follow the provider's
+settings and the environment (``upstream/proxies.py``, ``upstream/tls.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+import os
+import zlib
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, urlsplit
 
 from humpyard import __version__
-from humpyard.config.spec import ProviderSpec
+from humpyard.config.spec import Config, ProviderSpec
+from humpyard.upstream.dial import Origin
+from humpyard.upstream.encoding import Decoder, decoder_for
+from humpyard.upstream.errors import DecodingFailure, TransportFailure, UnsupportedURL
+from humpyard.upstream.limits import Slots
+from humpyard.upstream.proxies import ProxyRules, ProxyURLError, choose
+from humpyard.upstream.tls import TLSOptions
 from humpyard.upstream.transport import FastTransport, Timeouts
-from humpyard.upstream.wire import Origin, TransportFailure, finish_head, head_prefix
+from humpyard.upstream.wire import finish_head, head_prefix, host_header
 
 if TYPE_CHECKING:
     import httpx
@@ -32,6 +44,9 @@ __all__ = ["TransportFailure", "UpstreamClient", "UpstreamResponse"]
 
 MAX_CACHED_HEADS = 256
 USER_AGENT = f"humpyard/{__version__}"
+ACCEPT_ENCODING = "identity"
+"""What the gateway asks upstreams for; docs/upstream.md says why (a provider's
+static ``headers`` may ask otherwise, and whatever comes is decoded)."""
 
 
 class _Body(Protocol):
@@ -40,17 +55,17 @@ class _Body(Protocol):
 
 
 class UpstreamResponse:
-    """An answered call whose body is still unread."""
+    """An answered call whose body is still unread (and will be decoded)."""
 
     __slots__ = ("status", "headers", "_body")
 
     def __init__(self, status: int, headers: Mapping[str, str], body: _Body):
         self.status = status
-        self.headers = headers  # lower-case names
+        self.headers = headers  # lower-case names, as the upstream sent them
         self._body = body
 
     async def read(self, limit: int | None = None) -> bytes:
-        """The whole body (or its first ``limit`` bytes)."""
+        """The whole decoded body (or its first ``limit`` bytes)."""
         chunks: list[bytes] = []
         n = 0
         async for chunk in self._body:
@@ -62,8 +77,48 @@ class UpstreamResponse:
         return data if limit is None else data[:limit]
 
     def iter_raw(self) -> AsyncIterator[bytes]:
-        """Body chunks as they arrive; transport errors are ``TransportFailure``s."""
+        """Decoded body chunks as they arrive; failures are ``TransportFailure``s."""
         return self._body.__aiter__()
+
+    async def aclose(self) -> None:
+        await self._body.aclose()
+
+
+class _Decoded:
+    """A body with its content coding undone, chunk by chunk."""
+
+    __slots__ = ("_body", "_it", "_decoder", "_what", "_ended")
+
+    def __init__(self, body: _Body, decoder: Decoder, what: str):
+        self._body, self._decoder, self._what = body, decoder, what
+        self._it = body.__aiter__()
+        self._ended = False
+
+    def __aiter__(self) -> _Decoded:
+        return self
+
+    async def __anext__(self) -> bytes:
+        while not self._ended:
+            try:
+                chunk = await self._it.__anext__()
+            except StopAsyncIteration:
+                self._ended = True
+                tail = self._step(self._decoder.flush_all, b"")
+                if tail:
+                    return tail
+                break
+            out = self._step(self._decoder.decode, chunk)
+            if out:
+                return out
+        raise StopAsyncIteration
+
+    def _step(self, fn: Callable[[bytes], bytes], data: bytes) -> bytes:
+        try:
+            return fn(data)
+        except zlib.error as e:
+            self._ended = True
+            raise DecodingFailure(f"the upstream's body does not decode ({self._what}): "
+                                  f"{e}") from None
 
     async def aclose(self) -> None:
         await self._body.aclose()
@@ -78,15 +133,27 @@ def _header_map(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
 
 
 def _request_headers(provider: ProviderSpec, extra: dict[str, str] | None) -> dict[str, str]:
-    # No accept-encoding: bodies are relayed as they come, never decompressed here.
     headers = {"content-type": "application/json", "accept": "application/json",
-               "user-agent": USER_AGENT}
-    headers.update(provider.headers)
+               "accept-encoding": ACCEPT_ENCODING, "user-agent": USER_AGENT}
+    headers.update((k.lower(), v) for k, v in provider.headers)
     if extra:
         headers.update(extra)
     if provider.api_key:
         headers["authorization"] = f"Bearer {provider.api_key}"
     return headers
+
+
+def ascii_host(hostname: str) -> str:
+    """A URL's host as sent: lower-case ASCII, IDNA 2008 (UTS 46) for a non-ASCII name."""
+    if hostname.isascii():
+        return hostname.lower()
+    import idna  # only internationalised names need it
+
+    try:
+        return idna.encode(hostname, uts46=True).decode("ascii")
+    except idna.IDNAError as e:
+        raise UnsupportedURL(f"host name {hostname!r} is not a valid internationalised "
+                             f"name: {e}") from None
 
 
 _Head = tuple[ProviderSpec, Origin, bytes, Timeouts]
@@ -97,24 +164,64 @@ class UpstreamClient:
 
     ``transport`` is a ``FastTransport`` (default) or any httpx transport (then
     every call goes through httpx: tests with ``httpx.MockTransport``).
+    ``metrics`` (a ``GatewayMetrics``) gets the concurrency gauges; ``env`` is
+    where proxy and TLS variables are read (default: the process environment).
+    ``configure(config)`` applies a configuration's limits and providers.
     """
 
     def __init__(self, transport: FastTransport | httpx.AsyncBaseTransport | None = None,
-                 max_connections: int = 512):
+                 *, metrics: Any = None, env: Mapping[str, str] | None = None):
+        self._env = os.environ if env is None else env
         if transport is None:
-            transport = FastTransport(max_connections=max_connections)
+            transport = FastTransport(env=self._env)
         self._transport: Any = transport
         self.fast = transport if isinstance(transport, FastTransport) else None
+        self.proxies = ProxyRules(self._env)
+        self.slots = Slots(metrics=metrics)
         self._http: httpx.AsyncClient | None = None
         self._heads: dict[tuple[int, str], _Head] = {}
+        self._providers: dict[tuple[str, str, int], ProviderSpec] = {}
+
+    def configure(self, config: Config) -> None:
+        """Use ``config``'s concurrency limits, and its providers' proxy and TLS
+        settings for side traffic (probes, quota polls) to their hosts."""
+        self.slots.configure(config.router.max_concurrent, config.router.slot_wait_secs)
+        table: dict[tuple[str, str, int], ProviderSpec] = {}
+        for p in config.providers.values():
+            parts = urlsplit(p.base_url)
+            if parts.hostname:
+                try:
+                    key = (parts.scheme, ascii_host(parts.hostname),
+                           parts.port or (443 if parts.scheme == "https" else 80))
+                except UnsupportedURL:
+                    continue
+                table.setdefault(key, p)
+        self._providers = table
 
     @property
     def http(self) -> httpx.AsyncClient:
         """An ``httpx.AsyncClient`` over the same transport (built on first use)."""
         if self._http is None:
             from humpyard.upstream.bridge import http_client
-            self._http = http_client(self._transport)
+            self._http = http_client(self._transport, self.origin_for)
         return self._http
+
+    def origin_for(self, scheme: str, host: str, port: int,
+                   provider: ProviderSpec | None = None) -> Origin:
+        """Where a call to ``scheme://host:port`` goes: proxy and TLS settings applied
+        (the provider's, else those of the configured provider with that address)."""
+        if provider is None:
+            provider = self._providers.get((scheme, host, port))
+        setting = provider.proxy if provider is not None else None
+        try:
+            proxy = choose(setting, self.proxies, scheme, host)
+        except ProxyURLError as e:
+            raise UnsupportedURL(str(e)) from None
+        tls = None
+        if provider is not None and scheme == "https" and (
+                provider.ca_file or provider.client_cert):
+            tls = TLSOptions(provider.ca_file, provider.client_cert, provider.client_key)
+        return Origin(scheme, host, port, proxy, tls)
 
     def _head(self, provider: ProviderSpec, path: str,
               extra_headers: dict[str, str] | None) -> _Head:
@@ -124,23 +231,24 @@ class UpstreamClient:
             return got
         parts = urlsplit(provider.base_url + path)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise TransportFailure("protocol", f"unsupported upstream URL scheme "
-                                   f"{parts.scheme!r} for provider {provider.name}")
-        origin = (parts.scheme, parts.hostname,
-                  parts.port or (443 if parts.scheme == "https" else 80))
+            raise UnsupportedURL(f"unsupported upstream URL scheme {parts.scheme!r} for "
+                                 f"provider {provider.name}")
+        host = ascii_host(parts.hostname)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        origin = self.origin_for(parts.scheme, host, port, provider)
         target = quote(parts.path or "/", safe="/%:@!$&'()*+,;=-._~")
         if parts.query:
             target += "?" + parts.query
         headers = _request_headers(provider, extra_headers)
+        hosthdr = host_header(host, parts.port)
+        if origin.proxy is not None and origin.scheme == "http":  # absolute form
+            target = f"http://{hosthdr}{target}"
+            if origin.proxy.authorization is not None:
+                headers["proxy-authorization"] = origin.proxy.authorization.decode("ascii")
         raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
-        netloc = parts.netloc.rpartition("@")[2]
-        try:
-            host = netloc.encode("ascii")
-        except UnicodeEncodeError:  # an internationalised name: its ASCII form
-            host = parts.hostname.encode("idna") + (b":%d" % parts.port if parts.port else b"")
-        prefix = head_prefix("POST", target.encode("ascii"), host, raw)
+        prefix = head_prefix("POST", target.encode("ascii"), hosthdr.encode("ascii"), raw)
         timeouts = Timeouts(provider.connect_timeout_secs, provider.timeout_secs,
-                            provider.timeout_secs, provider.timeout_secs)
+                            provider.timeout_secs)
         head = (provider, origin, prefix, timeouts)
         if not extra_headers:
             if len(self._heads) >= MAX_CACHED_HEADS:  # providers replaced by reloads
@@ -153,9 +261,9 @@ class UpstreamClient:
                    connect_timeout: float | None = None) -> UpstreamResponse:
         """POST ``body`` to ``provider.base_url + path``; the body is unread.
 
-        ``connect_timeout`` (seconds) replaces the provider's
-        ``connect_timeout_secs`` for this call when shorter (the re-send
-        window's last dial, ``upstream/resend.py``).
+        Waits for a concurrency slot first (``SlotTimeout`` when none frees in time).
+        ``connect_timeout`` (seconds) replaces the provider's ``connect_timeout_secs``
+        for this call when shorter (the re-send window's last dial, ``upstream/resend.py``).
         """
         cut = connect_timeout if connect_timeout is not None and \
             connect_timeout < provider.connect_timeout_secs else None
@@ -167,14 +275,29 @@ class UpstreamClient:
         _, origin, prefix, timeouts = self._head(provider, path, extra_headers)
         if cut is not None:
             timeouts = timeouts._replace(connect=cut)
-        ans = await fast.request(origin, finish_head(prefix, "POST", body), body, timeouts)
-        return UpstreamResponse(ans.status, _header_map(ans.headers), ans.body)
+        release = await self.slots.acquire(provider.name, provider.max_concurrent)
+        ans = await fast.request(origin, finish_head(prefix, "POST", body), body, timeouts,
+                                 on_end=release)
+        headers = _header_map(ans.headers)
+        coding = headers.get("content-encoding")
+        if coding is not None:
+            decoder = decoder_for(coding)
+            if decoder is not None:
+                return UpstreamResponse(ans.status, headers, _Decoded(
+                    ans.body, decoder, f"{coding} from {origin.address}"))
+        return UpstreamResponse(ans.status, headers, ans.body)
 
     async def _open_via_httpx(self, provider: ProviderSpec, path: str, body: bytes,
                               extra_headers: dict[str, str] | None) -> UpstreamResponse:
         from humpyard.upstream.bridge import open_via_httpx
-        status, got, resp_body = await open_via_httpx(
-            self.http, provider, path, body, _request_headers(provider, extra_headers))
+        release = await self.slots.acquire(provider.name, provider.max_concurrent)
+        try:
+            status, got, resp_body = await open_via_httpx(
+                self.http, provider, path, body, _request_headers(provider, extra_headers),
+                on_end=release)
+        except BaseException:
+            release()
+            raise
         return UpstreamResponse(status, got, resp_body)
 
     async def aclose(self) -> None:

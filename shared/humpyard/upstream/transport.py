@@ -1,49 +1,45 @@
-"""``FastTransport``: the upstream HTTP/1.1 client transport, on plain asyncio streams.
+"""``FastTransport``: the upstream HTTP/1.1 client transport, on asyncio protocols.
 
 It replaces httpx + httpcore on the request path, most of the gateway's CPU per
 upstream call (docs/decisions/0003): the caller hands over a pre-built request
-head and body and gets the answer's status, headers and an unread body. Per
-(scheme, host, port) a LIFO list of idle keep-alive connections (one found
-closed by the upstream or idle past ``keepalive_expiry`` is dropped when taken);
-at most ``max_connections`` requests in flight, each holding its connection
-until its body ends or is closed; TLS context built on the first https dial.
-Bodies stream as they arrive (chunked: one chunk at a time). A pooled connection
-found closed is dropped before anything is sent; a request that failed after
-it was written is never re-sent (seed 004). Every failure is a ``TransportFailure``.
-One event loop at a time (a new loop starts with an empty pool). ``upstream/bridge.py``
-puts httpx's transport API over it for the readiness probes and quota polls.
+head and body (sent in one write) and gets the answer's status, headers and an
+unread ``Body``. Per ``Origin`` (scheme, host, port, proxy, TLS settings) a LIFO
+list of idle keep-alive connections (up to ``max_idle_per_origin``: LLM traffic
+holds hundreds of calls per origin at once, and every connection dropped when
+they end is one to dial again when they come back); one found closed by the upstream, idle past
+``keepalive_expiry``, or sent bytes nobody asked for is dropped when taken.
+Framing is httptools' parser (``upstream/framing.py``); connecting, proxies and
+TLS are ``upstream/dial.py``. A request that failed after it was written is
+never re-sent (seed 004). Every failure is a ``TransportFailure`` of the tree in
+``upstream/errors.py``. One event loop at a time (a new loop starts with an
+empty pool). ``upstream/bridge.py`` puts httpx's transport API over it for the
+readiness probes and quota polls. How many calls may be in flight is not the
+transport's business: ``upstream/limits.py`` decides that per provider.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
-import socket
+import os
 import ssl
-from typing import NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
-from humpyard.upstream.wire import (
-    MAX_HEAD,
-    READ,
-    Body,
-    Conn,
-    Head,
-    Origin,
-    TransportFailure,
-    closed_error,
-    protocol_error,
-    read_error,
-    recv,
-)
+from humpyard.upstream.connection import Body, Conn
+from humpyard.upstream.dial import Origin, dial
+from humpyard.upstream.errors import ConnectionLost, TransportClosed, TransportFailure
+from humpyard.upstream.framing import ResponseParser
+from humpyard.upstream.tls import DEFAULT_TLS, TLSOptions, build_context
+
+__all__ = ["Answer", "FastTransport", "Origin", "Timeouts"]
 
 
 class Timeouts(NamedTuple):
-    """Seconds (None: no limit) for connecting, each read, each write, a pool slot."""
+    """Seconds (None: no limit) for connecting, each read, and each write."""
 
     connect: float | None
     read: float | None
     write: float | None
-    pool: float | None
 
 
 class Answer(NamedTuple):
@@ -56,18 +52,25 @@ class Answer(NamedTuple):
 
 
 class FastTransport:
-    """A keep-alive HTTP/1.1 client transport on asyncio streams; see the module docstring."""
+    """A keep-alive HTTP/1.1 client transport; see the module docstring.
 
-    def __init__(self, max_connections: int = 512, *, max_idle_per_origin: int = 64,
-                 keepalive_expiry: float = 60.0, ssl_context: ssl.SSLContext | None = None):
-        self.max_connections = max_connections
+    ``ssl_context`` replaces the default trust (``upstream/tls.py``) for origins
+    without their own TLS settings; ``env`` is where ``SSL_CERT_FILE`` and
+    ``SSL_CERT_DIR`` are read (default: the process environment, when first needed).
+    """
+
+    def __init__(self, *, max_idle_per_origin: int = 10_000, keepalive_expiry: float = 60.0,
+                 ssl_context: ssl.SSLContext | None = None,
+                 env: Mapping[str, str] | None = None):
         self.max_idle_per_origin = max_idle_per_origin
         self.keepalive_expiry = keepalive_expiry
-        self._ssl_context = ssl_context
+        self._env = env
+        self._contexts: dict[TLSOptions, ssl.SSLContext] = {}
+        if ssl_context is not None:
+            self._contexts[DEFAULT_TLS] = ssl_context
         self._idle: dict[Origin, list[Conn]] = {}
         self._all: set[Conn] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._slots = asyncio.Semaphore(max_connections)
         self._closed = False
         self.connects = 0  # connections opened so far
 
@@ -80,6 +83,15 @@ class FastTransport:
     def _pool(self) -> FastTransport:  # the attribute tests/faults/test_soak.py reads
         return self
 
+    def context(self, options: TLSOptions | None) -> ssl.SSLContext:
+        """The TLS context for ``options`` (built on first use, then shared)."""
+        key = options or DEFAULT_TLS
+        ctx = self._contexts.get(key)
+        if ctx is None:
+            env = self._env if self._env is not None else os.environ
+            ctx = self._contexts[key] = build_context(key, env)
+        return ctx
+
     # -- the pool -----------------------------------------------------------------
 
     def _take(self, origin: Origin, now: float) -> Conn | None:
@@ -87,7 +99,7 @@ class FastTransport:
         while idle:
             conn = idle.pop()
             if now - conn.idle_since < self.keepalive_expiry and conn.usable():
-                conn.busy, conn.answered = True, False
+                conn.busy = True
                 return conn
             self._drop(conn)
             if now - conn.idle_since >= self.keepalive_expiry:  # LIFO: the rest is older
@@ -95,8 +107,12 @@ class FastTransport:
                     self._drop(idle.pop())
         return None
 
+    def _putter(self, origin: Origin) -> Callable[[Conn], None]:
+        return lambda conn: self._put(origin, conn)
+
     def _put(self, origin: Origin, conn: Conn) -> None:
-        if self._closed or conn.buf or conn not in self._all or not conn.usable():
+        conn.parser = None
+        if self._closed or conn not in self._all or not conn.usable():
             return self._drop(conn)
         idle = self._idle.setdefault(origin, [])
         now = conn.idle_since = asyncio.get_running_loop().time()
@@ -111,129 +127,67 @@ class FastTransport:
         self._all.discard(conn)
         conn.close()
 
-    async def _connect(self, origin: Origin, timeout: float | None) -> Conn:
-        scheme, host, port = origin
-        addr = f"{host}:{port}"
-        tls = None
-        if scheme == "https":
-            tls = self._ssl_context = self._ssl_context or _default_ssl_context()
-        try:
-            async with asyncio.timeout(timeout):
-                reader, writer = await asyncio.open_connection(
-                    host, port, ssl=tls, server_hostname=host if tls else None, limit=READ)
-        except TimeoutError as e:
-            raise TransportFailure("connect_timeout", f"connect timeout {addr}") from e
-        except socket.gaierror as e:
-            raise TransportFailure("dns", f"dns lookup failed {host}") from e
-        except OSError as e:  # several addresses failing alike: "Multiple exceptions: [Errno…"
-            if isinstance(e, ConnectionRefusedError) or e.errno == errno.ECONNREFUSED \
-                    or f"[Errno {errno.ECONNREFUSED}]" in str(e):
-                raise TransportFailure("connect_refused", f"connect refused {addr}") from e
-            raise TransportFailure("connect_error",
-                                   f"connect failed {addr}: {type(e).__name__}") from e
-        sock = writer.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = Conn(reader, writer, addr)
-        self._all.add(conn)
-        self.connects += 1
-        return conn
-
     # -- one request ----------------------------------------------------------------
 
     async def request(self, origin: Origin, head: bytes, body: bytes, timeouts: Timeouts,
-                      *, head_only: bool = False, close: bool = False) -> Answer:
+                      *, head_only: bool = False, close: bool = False,
+                      on_end: Callable[[], Any] | None = None) -> Answer:
         """Send ``head`` + ``body`` to ``origin``; the answer's body is unread.
 
         ``head`` is the request line and headers ending in an empty line (see
-        ``build_head``). Failures are ``TransportFailure``s.
+        ``upstream/wire.py``). ``on_end`` runs once the body is done with (or
+        the request failed). Failures are ``TransportFailure``s.
         """
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:  # the old loop's connections cannot serve this one
-            self._loop, self._idle, self._all = loop, {}, set()
-            self._slots = asyncio.Semaphore(self.max_connections)
-        if self._closed:
-            raise TransportFailure("connect_error", "the transport is closed")
-        slots = self._slots
-        if slots.locked():
-            try:
-                async with asyncio.timeout(timeouts.pool):
-                    await slots.acquire()
-            except TimeoutError as e:
-                raise TransportFailure("pool_timeout", "connection pool timeout "
-                                       f"{origin[1]}:{origin[2]}") from e
-        else:
-            await slots.acquire()
         try:
+            loop = asyncio.get_running_loop()
+            if loop is not self._loop:  # the old loop's connections cannot serve this one
+                self._loop, self._idle, self._all = loop, {}, set()
+            if self._closed:
+                raise TransportClosed(f"the upstream client is closed ({origin.address})",
+                                      origin.address)
             # A pooled connection found closed is dropped before anything is sent.
             # One that fails after the request was written is NOT re-sent: the
-            # upstream may have received it (seed 004: only never-delivered calls
-            # are re-sent); the executor fails over instead.
+            # upstream may have received it (seed 004); the executor fails over.
             conn = self._take(origin, loop.time())
             if conn is None:
-                conn = await self._connect(origin, timeouts.connect)
-            return await self._exchange(conn, origin, head, body, timeouts, slots,
-                                        head_only, close)
+                conn = await dial(origin, timeouts.connect, self.context)
+                if self._closed:
+                    conn.close()
+                    raise TransportClosed("the upstream client is closed "
+                                          f"({origin.address})", origin.address)
+                self._all.add(conn)
+                self.connects += 1
+            answer = await self._exchange(conn, origin, head, body, timeouts, head_only,
+                                          close, on_end)
         except BaseException:
-            slots.release()
+            if on_end is not None:
+                on_end()
             raise
+        return answer
 
     async def _exchange(self, conn: Conn, origin: Origin, head: bytes, body: bytes,
-                        timeouts: Timeouts, slots: asyncio.Semaphore, head_only: bool,
-                        close: bool) -> Answer:
+                        timeouts: Timeouts, head_only: bool, close: bool,
+                        on_end: Callable[[], Any] | None) -> Answer:
         """Send the request and read the answer's head on ``conn``, which this owns."""
+        parser = conn.parser = ResponseParser(head_only)
         try:
-            w = conn.writer
-            if len(body) <= READ:
-                w.write(head + body)
-            else:
-                w.write(head)
-                w.write(body)
-            if w.transport.get_write_buffer_size():
-                try:
-                    async with asyncio.timeout(timeouts.write):
-                        await w.drain()
-                except TimeoutError as e:
-                    raise TransportFailure("write_timeout", f"write timeout {conn.addr}") from e
-                except OSError as e:
-                    raise TransportFailure("reset", f"connection reset {conn.addr}") from e
-            status = 100
-            while 100 <= status < 200 and status != 101:  # informational: more follows
-                status, reason, headers, version = await self._read_head(conn, timeouts.read)
-            stream = Body(self, origin, conn, status, headers, version, timeouts.read, slots,
-                          head_only=head_only, close=close)
+            await conn.send(head + body if len(body) <= 65536 else head, timeouts.write)
+            if len(body) > 65536:
+                await conn.send(body, timeouts.write)
+            status, reason, headers, _ = await conn.read_head(timeouts.read)
+        except TransportFailure:
+            self._drop(conn)
+            raise
+        except OSError as e:  # a socket error the protocol did not see first
+            self._drop(conn)
+            raise ConnectionLost(f"connection reset {conn.addr}", conn.addr) from e
         except BaseException:
             self._drop(conn)
             raise
-        return Answer(status, reason, headers, stream)
-
-    async def _read_head(self, conn: Conn, timeout: float | None) -> Head:
-        buf, start = conn.buf, 0
-        while (end := buf.find(b"\r\n\r\n", start)) < 0:
-            if len(buf) > MAX_HEAD:
-                raise protocol_error(conn.addr, "response head too large")
-            start = max(0, len(buf) - 3)
-            try:
-                data = await recv(conn, timeout)
-            except Exception as e:
-                raise read_error(e, conn.addr) from e
-            if not data:
-                raise closed_error(conn.addr)
-            conn.answered = True
-            buf += data
-        lines = bytes(buf[:end]).split(b"\r\n")
-        del buf[:end + 4]
-        version, _, rest = lines[0].partition(b" ")
-        code, _, reason = rest.partition(b" ")
-        if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
-            raise protocol_error(conn.addr, f"malformed status line {lines[0][:80]!r}")
-        headers = []
-        for line in lines[1:]:
-            name, colon, value = line.partition(b":")
-            if not colon or not name or name != name.strip():
-                raise protocol_error(conn.addr, f"malformed header line {line[:80]!r}")
-            headers.append((name, value.strip()))
-        return int(code), reason, headers, version
+        if close:
+            parser.reusable = False
+        return Answer(status, reason, headers,
+                      Body(conn, timeouts.read, self._putter(origin), self._drop, on_end))
 
     async def aclose(self) -> None:
         """Close every connection, idle or in use; later requests fail."""
@@ -243,11 +197,3 @@ class FastTransport:
             conn.close()
         if conns and self._loop is asyncio.get_running_loop():
             await asyncio.sleep(0)  # the transports close their sockets in a callback
-
-
-def _default_ssl_context() -> ssl.SSLContext:
-    try:
-        import certifi
-    except ImportError:
-        return ssl.create_default_context()
-    return ssl.create_default_context(cafile=certifi.where())

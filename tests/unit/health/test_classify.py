@@ -2,15 +2,15 @@ import json
 
 import pytest
 
+from humpyard.upstream import errors as E
 from humpyard.upstream.classify import (
     ALL_CLASSES,
     DEFAULT_FALLBACK,
     FALLBACK_WITH_UNAVAILABLE,
-    TRANSPORT_KINDS,
     Classification,
     FailureClass,
+    classify_failure,
     classify_status,
-    classify_transport,
 )
 
 F = FailureClass
@@ -145,27 +145,28 @@ def test_413_is_overflow_and_never_counted() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kind", "cls", "never_delivered"),
+    ("failure", "cls", "counts", "never_delivered"),
     [
-        ("connect_refused", F.CONNECTION, True),
-        ("dns", F.CONNECTION, True),
-        ("connect_timeout", F.TIMEOUT, True),
-        ("read_timeout", F.TIMEOUT, False),
-        ("write_timeout", F.TIMEOUT, False),
-        ("pool_timeout", F.TIMEOUT, False),
-        ("reset", F.CONNECTION, False),
-        ("protocol", F.CONNECTION, False),
+        (E.ConnectRefused, F.CONNECTION, True, True),
+        (E.NameNotResolved, F.CONNECTION, True, True),
+        (E.HostUnreachable, F.CONNECTION, True, True),
+        (E.TLSFailure, F.CONNECTION, True, True),
+        (E.TLSVerifyFailed, F.CONNECTION, True, True),
+        (E.ProxyFailure, F.CONNECTION, True, True),
+        (E.TransportClosed, F.CONNECTION, True, True),
+        (E.ConnectTimeout, F.TIMEOUT, True, True),
+        (E.SlotTimeout, F.RATE_LIMIT, False, True),
+        (E.ReadTimeout, F.TIMEOUT, True, False),
+        (E.WriteTimeout, F.TIMEOUT, True, False),
+        (E.ConnectionLost, F.CONNECTION, True, False),
+        (E.ProtocolViolation, F.CONNECTION, True, False),
+        (E.DecodingFailure, F.CONNECTION, True, False),
     ],
 )
-def test_transport(kind: str, cls: FailureClass, never_delivered: bool) -> None:
-    got = classify_transport(kind)
-    assert got == Classification(cls, True, True, never_delivered=never_delivered)
-
-
-def test_transport_kinds_cover_the_table() -> None:
-    assert len(TRANSPORT_KINDS) == 8
-    with pytest.raises(ValueError, match="bogus"):
-        classify_transport("bogus")
+def test_transport(failure: type[E.TransportFailure], cls: FailureClass, counts: bool,
+                   never_delivered: bool) -> None:
+    got = classify_failure(failure("x"))
+    assert got == Classification(cls, True, counts, never_delivered=never_delivered)
 
 
 def test_fallback_sets() -> None:

@@ -116,6 +116,10 @@ def test_gateway_metrics_names_labels_and_kinds() -> None:
         "ledger_batch_size": ("humpyard_ledger_batch_size", Histogram, ()),
         "ledger_write_seconds": ("humpyard_ledger_write_seconds", Histogram, ()),
         "ledger_lost": ("humpyard_ledger_lost_total", Counter, ("kind", "reason")),
+        "upstream_in_flight": ("humpyard_upstream_in_flight", Gauge, ("provider",)),
+        "upstream_waiting": ("humpyard_upstream_waiting", Gauge, ("provider",)),
+        "upstream_slot_timeouts": ("humpyard_upstream_slot_timeouts_total", Counter,
+                                   ("provider",)),
     }
     for attr, (name, kind, labels) in expected.items():
         metric = getattr(gm, attr)

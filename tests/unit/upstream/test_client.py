@@ -10,6 +10,7 @@ import pytest
 
 from humpyard.config import load_config_text
 from humpyard.config.spec import ProviderSpec
+from humpyard.upstream import errors as E
 from humpyard.upstream.client import TransportFailure, UpstreamClient
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.servers import closed_port_url
@@ -82,11 +83,11 @@ def test_a_reloaded_provider_with_a_new_key_gets_a_new_head(up: FakeUpstream) ->
 
 
 @pytest.mark.parametrize(("script", "kind", "never_delivered"), [
-    (None, "connect_refused", True),
-    (reset(), "reset", False),
-    (stall(), "read_timeout", False),
+    (None, E.ConnectRefused, True),
+    (reset(), E.ConnectionLost, False),
+    (stall(), E.ReadTimeout, False),
 ], ids=["refused", "reset", "timeout"])
-def test_failures_name_their_kind_and_address(up: FakeUpstream, script, kind: str,
+def test_failures_name_their_kind_and_address(up: FakeUpstream, script, kind: type,
                                               never_delivered: bool) -> None:
     url = closed_port_url() if script is None else up.url
     if script is not None:
@@ -99,7 +100,7 @@ def test_failures_name_their_kind_and_address(up: FakeUpstream, script, kind: st
         try:
             with pytest.raises(TransportFailure) as info:
                 await client.open(p, "/chat/completions", BODY)
-            assert info.value.kind == kind and info.value.never_delivered is never_delivered
+            assert type(info.value) is kind and info.value.never_delivered is never_delivered
             assert addr in info.value.message and "sk-one" not in info.value.message
             if script is not None:  # the pool recovers: the next call is answered
                 resp = await client.open(p, "/chat/completions", BODY)
@@ -137,11 +138,11 @@ def test_an_internationalised_host_name_is_sent_in_its_ascii_form() -> None:
             p = ProviderSpec(name="p", base_url="http://bücher.invalid/v1",
                              connect_timeout_secs=1, timeout_secs=1)
             _, origin, prefix, _ = client._head(p, "/chat/completions", None)
-            assert origin == ("http", "bücher.invalid", 80)
+            assert origin[:3] == ("http", "xn--bcher-kva.invalid", 80)
             assert b"\r\nHost: xn--bcher-kva.invalid\r\n" in prefix
             with pytest.raises(TransportFailure) as info:  # no such host: a named failure
                 await client.open(p, "/chat/completions", BODY)
-            assert info.value.kind in ("dns", "connect_timeout", "connect_error")
+            assert isinstance(info.value, E.ConnectFailure)
         finally:
             await client.aclose()
     asyncio.run(main())

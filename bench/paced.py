@@ -1,0 +1,242 @@
+"""The paced-stream scenario: many concurrent streams whose upstream sends a chunk
+every 200 ms, directly and through the gateway.
+
+    python bench/paced.py [--streams 1000,2000] [--seconds 8]   # alone
+    (``make bench`` runs it too: ``run.py`` calls ``measure``)
+
+LLM answers last seconds, so what a gateway runs out of is calls in flight. The
+upstream here (``serve``: raw asyncio, uvloop when installed) answers every
+``stream: true`` POST with 11 content events 200 ms apart, then usage and
+``[DONE]`` (2.2 s per answer when called directly). ``load`` keeps N keep-alive
+connections each asking for one stream after another and counts the streams
+that end inside the measured window: streams/s, and the time per stream
+(p50/p99/mean). The goal: through the gateway, at most 5 % added to the direct
+stream time on one core; the gateway's CPU share during the run says where the
+core's time goes when it is not met.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+EVENTS = 11
+INTERVAL = 0.2
+
+
+def _use_uvloop() -> None:
+    try:
+        import uvloop
+    except ImportError:
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def _event(i: int, final: bool = False) -> bytes:
+    delta: dict[str, Any] = {"content": f"tok{i} "}
+    if i == 0:
+        delta["role"] = "assistant"
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+             "choices": [{"index": 0, "delta": delta, "finish_reason": "stop" if final
+                          else None}]}
+    data = b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+EVENT_BYTES = [_event(i, final=i == EVENTS - 1) for i in range(EVENTS)]
+USAGE = (b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
+         b'"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":11,"total_tokens":16}}'
+         b'\n\n')
+TAIL = (b"%x\r\n%s\r\n" % (len(USAGE), USAGE)
+        + b"%x\r\n%s\r\n" % (len(b"data: [DONE]\n\n"), b"data: [DONE]\n\n") + b"0\r\n\r\n")
+HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n")
+SMALL = b'{"object":"list","data":[]}'
+
+
+async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            if length:
+                await reader.readexactly(length)
+            if not head.startswith(b"POST"):
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(SMALL), SMALL))
+                continue
+            writer.write(HEAD + EVENT_BYTES[0])
+            for i in range(1, EVENTS):
+                await asyncio.sleep(INTERVAL)
+                writer.write(EVENT_BYTES[i])
+            await asyncio.sleep(INTERVAL)
+            writer.write(TAIL)
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+def serve(port: int) -> None:
+    """Serve the paced upstream on 127.0.0.1:``port`` until killed."""
+    _use_uvloop()
+
+    async def main() -> None:
+        server = await asyncio.start_server(_answer, "127.0.0.1", port, backlog=4096)
+        async with server:
+            await server.serve_forever()
+    asyncio.run(main())
+
+
+def _request(port: int, model: str) -> bytes:
+    body = json.dumps({"model": model, "stream": True,
+                       "messages": [{"role": "user", "content": "hi"}]}).encode()
+    return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            % (port, len(body), body))
+
+
+async def _stream(reader: asyncio.StreamReader) -> bool:
+    """Read one chunked answer to its end; False if it was not a 200."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    ok = head.startswith(b"HTTP/1.1 200")
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+        await reader.readexactly(size + 2)
+        if size == 0:
+            return ok
+
+
+async def _load(port: int, streams: int, warm: float, seconds: float,
+                model: str) -> dict[str, Any]:
+    raw = _request(port, model)
+    start = time.monotonic()
+    lo, hi = start + warm, start + warm + seconds
+    durations: list[float] = []
+    errors = 0
+
+    async def worker(i: int) -> None:
+        nonlocal errors
+        await asyncio.sleep(INTERVAL * i / streams)  # spread the starts over one tick
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            errors += 1
+            return
+        try:
+            while time.monotonic() < hi:
+                t0 = time.monotonic()
+                writer.write(raw)
+                ok = await _stream(reader)
+                t1 = time.monotonic()
+                if not ok:
+                    errors += 1
+                elif lo <= t1 <= hi:
+                    durations.append(t1 - t0)
+        except (OSError, asyncio.IncompleteReadError, ValueError):
+            errors += 1
+        finally:
+            writer.close()
+    await asyncio.gather(*(worker(i) for i in range(streams)))
+    durations.sort()
+
+    def pct(q: float) -> float | None:
+        return round(durations[min(len(durations) - 1, int(q * len(durations)))] * 1000) \
+            if durations else None
+    return {"streams": streams, "completed": len(durations),
+            "streams_per_s": round(len(durations) / seconds, 1),
+            "p50_ms": pct(0.5), "p99_ms": pct(0.99),
+            "mean_ms": round(statistics.fmean(durations) * 1000) if durations else None,
+            "errors": errors}
+
+
+def load(port: int, streams: int, *, warm: float = 3.0, seconds: float = 8.0,
+         model: str = "bench") -> dict[str, Any]:
+    """Drive ``streams`` concurrent streams at ``port``; see the module docstring."""
+    _use_uvloop()
+    return asyncio.run(_load(port, streams, warm, seconds, model))
+
+
+def _sched(pid: int | str) -> tuple[float, float]:
+    """(seconds on a CPU, seconds waiting in the run queue) of ``pid`` so far (Linux)."""
+    try:
+        run, wait, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    return int(run) / 1e9, int(wait) / 1e9
+
+
+def measure(counts: list[int], seconds: float, tmp: Path) -> dict[str, Any]:
+    """Direct and through ``humpyard serve`` (no ledger) for each stream count."""
+    import targets as tg
+    from procs import GATEWAY_CPU, LOAD_CPU, cpu_seconds, free_port, pin, start, stop, wait_http
+
+    out: dict[str, Any] = {"interval_ms": INTERVAL * 1000, "events": EVENTS,
+                           "direct_answer_ms": round(EVENTS * INTERVAL * 1000)}
+    up_port = free_port()
+    up = start("paced", pin([sys.executable, __file__, "--serve", str(up_port)], LOAD_CPU),
+               tmp / "paced.log")
+    gw_port = free_port()
+    t = tg.humpyard(tmp, up_port, gw_port, ledger=False)
+    assert t.cmd is not None
+    gw = start("humpyard-paced", pin(t.cmd, GATEWAY_CPU), tmp / "humpyard-paced.log")
+    try:
+        wait_http(up_port, "/health", up, 30)
+        wait_http(gw_port, t.ready_path, gw, 30)
+        for n in counts:
+            direct = load(up_port, n, seconds=seconds)
+            cpu0, t0 = cpu_seconds(gw.pid), time.monotonic()
+            (_, gw_wait0), (_, me_wait0) = _sched(gw.pid), _sched("self")
+            via = load(gw_port, n, seconds=seconds)
+            cpu = cpu_seconds(gw.pid) - cpu0
+            wall = time.monotonic() - t0
+            via["gateway_cpu_share"] = round(cpu / wall, 2)
+            # time ready to run but waiting for a CPU (other processes had it)
+            via["gateway_runqueue_wait_share"] = round((_sched(gw.pid)[1] - gw_wait0) / wall, 2)
+            via["load_client_runqueue_wait_share"] = round((_sched("self")[1] - me_wait0)
+                                                           / wall, 2)
+            if via["completed"]:
+                via["gateway_cpu_us_per_stream"] = round(cpu / via["completed"] * 1e6)
+            added = None
+            if direct["mean_ms"] and via["mean_ms"]:
+                added = round((via["mean_ms"] - direct["mean_ms"]) / direct["mean_ms"] * 100, 1)
+            out[f"c{n}"] = {"direct": direct, "humpyard": via, "added_pct_mean": added}
+            print(f"    paced c{n}: direct {direct['streams_per_s']}/s {direct['mean_ms']} ms; "
+                  f"humpyard {via['streams_per_s']}/s {via['mean_ms']} ms "
+                  f"(+{added}%), gateway CPU {via['gateway_cpu_share']:.0%}, waiting for a "
+                  f"CPU {via['gateway_runqueue_wait_share']:.0%}", flush=True)
+    finally:
+        stop(gw)
+        stop(up)
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--serve", type=int, help="serve the paced upstream on this port")
+    p.add_argument("--streams", default="1000,2000")
+    p.add_argument("--seconds", type=float, default=8.0)
+    a = p.parse_args()
+    if a.serve:
+        serve(a.serve)
+        return 0
+    with tempfile.TemporaryDirectory(prefix="humpyard-paced-") as tmp:
+        res = measure([int(x) for x in a.streams.split(",")], a.seconds, Path(tmp))
+    print(json.dumps(res, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

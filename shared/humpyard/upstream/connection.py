@@ -1,0 +1,260 @@
+"""One upstream connection as an ``asyncio.Protocol``, and the body of one answer.
+
+``Conn`` feeds every byte the socket delivers straight into the current
+request's ``ResponseParser`` (``upstream/framing.py``): no stream reader, no
+copy, and no guessing at a private buffer. Bytes that arrive while no request
+is out (an upstream's 408 before it closes an idle connection) mark the
+connection unusable. Reading pauses while more than ``HIGH_WATER`` body bytes
+wait for the caller. Waits are bounded by a timer on the loop (one per wait).
+Failures become ``TransportFailure``s of the right class (``upstream/errors.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from humpyard.upstream.errors import (
+    ConnectionLost,
+    ProtocolViolation,
+    ReadTimeout,
+    TransportFailure,
+    WriteTimeout,
+)
+from humpyard.upstream.framing import FramingError, ResponseParser, Truncated
+
+HIGH_WATER = 1 << 20  # body bytes read ahead of the caller before reading pauses
+LOW_WATER = 1 << 16
+
+
+def _expire(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_exception(TimeoutError())
+
+
+def _wake(fut: asyncio.Future[None] | None) -> None:
+    if fut is not None and not fut.done():
+        fut.set_result(None)
+
+
+class Conn(asyncio.Protocol):
+    """One keep-alive connection; ``addr`` (host:port) names it in every failure."""
+
+    def __init__(self, addr: str):
+        self.addr = addr
+        self.transport: asyncio.Transport | None = None
+        self.parser: ResponseParser | None = None
+        self.failure: TransportFailure | None = None
+        self.idle_since = 0.0
+        self.busy = True
+        self.closed = False  # the upstream closed, or the connection broke
+        self.unsolicited = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._drain: asyncio.Future[None] | None = None
+        self._write_paused = False
+        self._read_paused = False
+
+    # -- protocol callbacks ----------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        p = self.parser
+        if p is None or p.done:
+            self.unsolicited = True  # nobody asked: never reuse this connection
+            return
+        try:
+            p.feed(data)
+        except FramingError as e:
+            self.failure = ProtocolViolation(f"upstream protocol error {self.addr}: {e}",
+                                             self.addr)
+        if p.buffered > HIGH_WATER and not self._read_paused and self.transport is not None:
+            self._read_paused = True
+            self.transport.pause_reading()
+        _wake(self._waiter)
+
+    def eof_received(self) -> bool | None:
+        self._ended(None)
+        return None  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._ended(exc)
+        _wake(self._drain)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        _wake(self._drain)
+
+    def _ended(self, exc: BaseException | None) -> None:
+        self.closed = True
+        p = self.parser
+        if p is not None and not p.done and self.failure is None:
+            try:
+                p.feed_eof()
+            except Truncated:
+                what = "connection reset" if exc is not None else "connection closed by upstream"
+                self.failure = ConnectionLost(f"{what} {self.addr}", self.addr)
+            except FramingError as e:
+                self.failure = ProtocolViolation(f"upstream protocol error {self.addr}: {e}",
+                                                 self.addr)
+        _wake(self._waiter)
+
+    # -- use -----------------------------------------------------------------------
+
+    def usable(self) -> bool:
+        """Whether an idle connection can carry another request."""
+        t = self.transport
+        return not (self.closed or self.unsolicited or t is None or t.is_closing())
+
+    def is_closed(self) -> bool:
+        t = self.transport
+        return t is None or t.is_closing()
+
+    def is_idle(self) -> bool:
+        return not self.busy
+
+    def close(self) -> None:
+        self.busy = False
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    async def wait(self, timeout: float | None) -> None:
+        """Until the socket delivers something (bytes, the end, an error), or TimeoutError."""
+        loop = asyncio.get_running_loop()
+        fut = self._waiter = loop.create_future()
+        timer = loop.call_later(timeout, _expire, fut) if timeout is not None else None
+        try:
+            await fut
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+
+    async def send(self, data: bytes, timeout: float | None) -> None:
+        """Write ``data``; wait (up to ``timeout``) only while the socket's buffer is full."""
+        assert self.transport is not None
+        self.transport.write(data)
+        while self._write_paused:
+            if self.closed:
+                raise ConnectionLost(f"connection reset {self.addr}", self.addr)
+            loop = asyncio.get_running_loop()
+            fut = self._drain = loop.create_future()
+            timer = loop.call_later(timeout, _expire, fut) if timeout is not None else None
+            try:
+                await fut
+            except TimeoutError:
+                raise WriteTimeout(f"write timeout {self.addr}", self.addr) from None
+            finally:
+                self._drain = None
+                if timer is not None:
+                    timer.cancel()
+
+    async def read_head(self, timeout: float | None
+                        ) -> tuple[int, bytes, list[tuple[bytes, bytes]], bytes]:
+        """The answer's head (informational answers skipped)."""
+        p = self.parser
+        assert p is not None
+        while p.head is None:
+            if self.failure is not None:
+                raise self.failure
+            if self.closed:  # closed before this request's parser was there to see it
+                raise ConnectionLost(f"connection closed by upstream {self.addr}", self.addr)
+            try:
+                await self.wait(timeout)
+            except TimeoutError:
+                raise ReadTimeout(f"read timeout {self.addr}", self.addr) from None
+        return p.head
+
+    def take(self, p: ResponseParser) -> bytes:
+        data = p.take()
+        if self._read_paused and p.buffered < LOW_WATER and self.transport is not None:
+            self._read_paused = False
+            self.transport.resume_reading()
+        return data
+
+
+class Body:
+    """An answer's body as it arrives: iterate it to the end, or ``aclose()`` it.
+
+    The connection goes back to its pool as soon as the whole answer is in
+    (``put``), or is closed if it cannot be reused; ``on_end`` runs once when the
+    caller is done with the body (read to the end, failed, or closed), e.g. to
+    free a concurrency slot.
+    """
+
+    __slots__ = ("_conn", "_parser", "_timeout", "_put", "_drop", "_on_end", "_released")
+
+    def __init__(self, conn: Conn, timeout: float | None, put: Callable[[Conn], None],
+                 drop: Callable[[Conn], None], on_end: Callable[[], Any] | None = None):
+        p = conn.parser
+        assert p is not None
+        self._conn, self._parser, self._timeout = conn, p, timeout
+        self._put, self._drop, self._on_end = put, drop, on_end
+        self._released = False
+        if p.done:
+            self._release()
+
+    def _release(self) -> None:
+        """Hand the connection back (or close it); the body bytes stay in the parser."""
+        if self._released:
+            return
+        self._released = True
+        conn, p = self._conn, self._parser
+        if p.done and p.reusable and not p.extra and not conn.unsolicited:
+            self._put(conn)
+        else:
+            self._drop(conn)
+
+    def _finish(self) -> None:
+        on_end, self._on_end = self._on_end, None
+        if on_end is not None:
+            on_end()
+
+    def __aiter__(self) -> Body:
+        return self
+
+    async def __anext__(self) -> bytes:
+        conn, p = self._conn, self._parser
+        while True:
+            if self._released:  # the whole answer is in (or the body was closed)
+                data = p.take()
+                if data:
+                    return data
+                self._finish()
+                raise StopAsyncIteration
+            data = conn.take(p)
+            if p.done:
+                self._release()
+                if data:
+                    return data
+                continue
+            if data:
+                return data
+            failure = conn.failure
+            if failure is None and conn.closed:
+                failure = ConnectionLost(f"connection closed by upstream {conn.addr}", conn.addr)
+            if failure is not None:
+                self._release()
+                self._finish()
+                raise failure
+            try:
+                await conn.wait(self._timeout)
+            except TimeoutError:
+                self._release()
+                self._finish()
+                raise ReadTimeout(f"read timeout {conn.addr}", conn.addr) from None
+            except BaseException:
+                self._release()
+                self._finish()
+                raise
+
+    async def aclose(self) -> None:
+        """Stop reading: a connection whose answer is not all in is closed."""
+        self._release()
+        self._finish()

@@ -1,0 +1,160 @@
+"""``include``: files whose ``[[endpoints]]`` fill in what the main file leaves unset.
+
+Real files in a temporary directory, loaded the way ``humpyard serve`` and
+``humpyard check`` load them; problems must name the included file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from humpyard.cli import main
+from humpyard.config import load_config, load_config_text
+from humpyard.errors import ConfigError
+from humpyard.reload import Reloader
+
+MAIN = """
+include = ["{inc}"]
+[providers.groq]
+base_url = "https://api.groq.com/openai/v1"
+[providers.local]
+base_url = "http://127.0.0.1:8000/v1"
+[targets.big]
+endpoints = [
+  {{ provider = "groq", model = "llama-3.3-70b-versatile", tools = false }},
+  {{ provider = "local", model = "qwen" }},
+]
+[targets.also-big]
+endpoints = [{{ provider = "groq", model = "llama-3.3-70b-versatile",
+               price = {{ input = 1.0, output = 2.0 }} }}]
+"""
+
+PRICES = """
+[[endpoints]]
+provider = "groq"
+model = "llama-3.3-70b-versatile"
+context_window = 131072
+tools = true
+vision = false
+price = { input = 0.59, output = 0.79 }
+"""
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root / next(iter(files))
+
+
+def test_an_included_file_fills_in_what_the_main_file_leaves_unset(tmp_path):
+    conf = write(tmp_path, {"humpyard.toml": MAIN.format(inc="prices.toml"),
+                            "prices.toml": PRICES})
+    cfg = load_config(conf, env={})
+    big, local = cfg.targets["big"].endpoints
+    assert (big.context_window, big.vision, big.price_input, big.price_output) == (
+        131072, False, 0.59, 0.79)
+    assert big.tools is False  # the main file wins, field by field
+    assert local.context_window is None and local.price_input is None  # not declared
+    other = cfg.targets["also-big"].endpoints[0]
+    assert (other.price_input, other.price_output, other.context_window) == (1.0, 2.0, 131072)
+    assert cfg.includes == (str((tmp_path / "prices.toml").resolve()),)
+    assert cfg.public_view()["targets"]["big"]["endpoints"][0]["context_window"] == 131072
+    assert "include" not in cfg.public_view()
+
+
+def test_paths_are_relative_to_the_including_file(tmp_path, monkeypatch):
+    conf = write(tmp_path, {"etc/humpyard.toml": MAIN.format(inc="../shared/prices.toml"),
+                            "shared/prices.toml": PRICES})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    cfg = load_config(os.path.relpath(conf, elsewhere), env={})
+    assert cfg.targets["big"].endpoints[0].price_input == 0.59
+
+
+@pytest.mark.parametrize("included,expected", [
+    ('include = ["more.toml"]\n' + PRICES,
+     "prices.toml: include: an included file cannot include others"),
+    ('[providers.x]\nbase_url = "http://h/v1"\n' + PRICES,
+     "prices.toml: providers: an included file declares only [[endpoints]]"),
+    ('[[endpoint]]\nprovider = "groq"\nmodel = "m"\n',
+     "prices.toml: endpoint: an included file declares only [[endpoints]]; did you mean "
+     "'endpoints'?"),
+    (PRICES.replace("input = 0.59", 'input = "0.59"'),
+     "prices.toml: endpoints[0].price.input: Input should be a valid number, not a string"),
+    (PRICES.replace("vision = false", "visoin = false"),
+     "prices.toml: endpoints[0].visoin: unknown key; did you mean 'vision'?"),
+    (PRICES.replace("tools = true", "tools = true true"),
+     "prices.toml: line 6, column 14: TOML syntax:"),
+    (PRICES + PRICES,
+     "prices.toml: endpoints[1]: repeats provider 'groq', model 'llama-3.3-70b-versatile' "
+     "(first declared at prices.toml: endpoints[0])"),
+], ids=["nested-include", "other-table", "misspelt-table", "string-price", "unknown-key",
+        "syntax", "repeat"])
+def test_a_problem_in_an_included_file_names_the_file(tmp_path, included, expected):
+    conf = write(tmp_path, {"humpyard.toml": MAIN.format(inc="prices.toml"),
+                            "prices.toml": included})
+    with pytest.raises(ConfigError) as info:
+        load_config(conf, env={})
+    assert expected in str(info.value), str(info.value)
+
+
+def test_a_missing_included_file_is_an_error_naming_it(tmp_path):
+    conf = write(tmp_path, {"humpyard.toml": MAIN.format(inc="nope.toml")})
+    with pytest.raises(ConfigError) as info:
+        load_config(conf, env={})
+    assert "include[0]: cannot read 'nope.toml'" in str(info.value)
+    assert "No such file or directory" in str(info.value)
+
+
+def test_check_reports_include_and_main_file_problems_together(tmp_path, capsys):
+    conf = write(tmp_path, {
+        "humpyard.toml": MAIN.format(inc="prices.toml").replace('provider = "local"',
+                                                                'provider = "locale"'),
+        "prices.toml": PRICES.replace("vision = false", "vision = 0")})
+    assert main(["check", "--config", str(conf)]) == 1
+    err = capsys.readouterr().err
+    assert "prices.toml: endpoints[0].vision: Input should be a valid boolean" in err
+    assert ("targets.big.endpoints[1].provider: unknown provider 'locale'; did you mean "
+            "'local'?") in err
+
+
+def test_a_declaration_no_endpoint_uses_is_a_warning(tmp_path, capsys):
+    stale = PRICES.replace("llama-3.3-70b-versatile", "llama-3.1-8b-instant")
+    conf = write(tmp_path, {"humpyard.toml": MAIN.format(inc="prices.toml"),
+                            "prices.toml": PRICES + stale})
+    assert main(["check", "--config", str(conf)]) == 0
+    err = capsys.readouterr().err
+    assert ("warning: prices.toml: endpoints[1]: no configured endpoint has provider 'groq' "
+            "and model 'llama-3.1-8b-instant'") in err
+
+
+def test_a_configuration_that_is_not_a_file_cannot_include():
+    with pytest.raises(ConfigError) as info:
+        load_config_text(MAIN.format(inc="prices.toml"), source="s3://bucket/humpyard.toml",
+                         env={})
+    assert ("include: only a configuration read from a file can include others (this one "
+            "came from s3://bucket/humpyard.toml)") in str(info.value)
+
+
+def test_the_digest_follows_the_included_files(tmp_path):
+    conf = write(tmp_path, {"humpyard.toml": MAIN.format(inc="prices.toml"),
+                            "prices.toml": PRICES})
+    before = load_config(conf, env={}).digest
+    (tmp_path / "prices.toml").write_text(PRICES.replace("0.59", "0.6"))
+    assert load_config(conf, env={}).digest != before
+
+
+def test_reload_polling_watches_the_included_files(tmp_path):
+    conf = write(tmp_path, {"humpyard.toml": MAIN.format(inc="prices.toml"),
+                            "prices.toml": PRICES})
+    state = {"cfg": load_config(conf, env={})}
+    reloader = Reloader(str(conf), lambda: state["cfg"], lambda c: state.update(cfg=c), env={})
+    assert reloader.poll() is None
+    (tmp_path / "prices.toml").write_text(PRICES.replace("0.59", "0.625"))  # size changes
+    assert reloader.poll() is True
+    assert state["cfg"].targets["big"].endpoints[0].price_input == 0.625

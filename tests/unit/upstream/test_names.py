@@ -1,0 +1,111 @@
+"""Names and addresses: IDNA 2008, IPv6 literals, Happy Eyeballs over real sockets.
+
+Name resolution is the event loop's ``getaddrinfo`` (the process edge); tests
+that need a name to resolve somewhere replace it on the running loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from typing import Any
+
+from humpyard.config.spec import ProviderSpec
+from humpyard.upstream.client import UpstreamClient
+from tests.support.rawserver import RawServer
+
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+
+def resolve_to(table: dict[str, list[tuple[int, str]]]) -> Any:
+    async def getaddrinfo(host: str, port: int, *args: Any, **kw: Any) -> list[Any]:
+        return [(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, "",
+                 (addr, port) if family == socket.AF_INET else (addr, port, 0, 0))
+                for family, addr in table[host]]
+    return getaddrinfo
+
+
+async def call(client: UpstreamClient, url: str) -> bytes:
+    p = ProviderSpec(name="p", base_url=url, timeout_secs=5, connect_timeout_secs=5)
+    resp = await client.open(p, "/x", b"{}")
+    try:
+        return await resp.read()
+    finally:
+        await resp.aclose()
+
+
+def test_an_idna_2008_name_is_sent_as_such() -> None:
+    with RawServer([OK]) as srv:
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            loop.getaddrinfo = resolve_to(  # type: ignore[method-assign]
+                {"xn--strae-oqa.example": [(socket.AF_INET, "127.0.0.1")],
+                 "strasse.example": [(socket.AF_INET, "127.0.0.1")]})
+            client = UpstreamClient()
+            try:
+                assert await call(client, f"http://straße.example:{srv.port}/v1") == b"ok"
+            finally:
+                await client.aclose()
+        asyncio.run(main())
+        # IDNA 2003 (Python's "idna" codec) maps ß to ss: strasse.example
+        assert b"\r\nHost: xn--strae-oqa.example:%d\r\n" % srv.port in srv.requests[0]
+
+
+def test_an_ipv6_literal() -> None:
+    with RawServer([OK], host="::1") as srv:
+        async def main() -> None:
+            client = UpstreamClient(env={})
+            try:
+                assert await call(client, f"http://[::1]:{srv.port}/v1") == b"ok"
+                r = await client.http.get(f"http://[::1]:{srv.port}/health")
+                assert r.status_code == 200
+            finally:
+                await client.aclose()
+        asyncio.run(main())
+        assert b"\r\nHost: [::1]:%d\r\n" % srv.port in srv.requests[0]
+
+
+def test_happy_eyeballs_moves_on_from_an_address_that_does_not_answer() -> None:
+    """The first address takes the connection and never answers the TCP handshake
+    (its accept queue is full); the second answers at once."""
+    blackhole = socket.socket()
+    blackhole.bind(("127.0.0.2", 0))
+    blackhole.listen(0)
+    fillers = []
+    try:
+        for _ in range(4):  # fill the accept queue: more SYNs are dropped
+            s = socket.socket()
+            s.setblocking(False)
+            try:
+                s.connect(blackhole.getsockname())
+            except BlockingIOError:
+                pass
+            fillers.append(s)
+        with RawServer([OK]) as srv:
+            port = blackhole.getsockname()[1]
+
+            async def main() -> float:
+                loop = asyncio.get_running_loop()
+                orig = loop.sock_connect
+
+                async def connect(sock: socket.socket, address: Any) -> None:
+                    if address[0] == "127.0.0.1":  # the good address, on the server's port
+                        address = (address[0], srv.port)
+                    await orig(sock, address)
+                loop.sock_connect = connect  # type: ignore[method-assign]
+                loop.getaddrinfo = resolve_to({"dual.example": [  # type: ignore[method-assign]
+                    (socket.AF_INET, "127.0.0.2"), (socket.AF_INET, "127.0.0.1")]})
+                client = UpstreamClient()
+                try:
+                    t0 = time.monotonic()
+                    assert await call(client, f"http://dual.example:{port}/v1") == b"ok"
+                    return time.monotonic() - t0
+                finally:
+                    await client.aclose()
+            elapsed = asyncio.run(main())
+            assert elapsed < 4  # not the 5 s connect timeout
+    finally:
+        for s in fillers:
+            s.close()
+        blackhole.close()
