@@ -31,7 +31,7 @@ async def _run(instance: Instance) -> dict[str, Any]:
     figures = gw.latency_book.figures(now)
     for target, fig in figures.items():
         gw.metrics.target_latency.set(fig.ms / 1000, target=target)
-    expired = gw.store.expire_due(now) if gw.store.has_ledger else []
+    expired = gw.expire_overrides()  # the expiry audit, on this schedule (docs/routing.md)
     gw.invalidate()
     await instance.flush(gauges=True)
     return {"quota_providers": len(gw.quota.providers()), "latency_targets": len(figures),

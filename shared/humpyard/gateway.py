@@ -14,8 +14,8 @@ import contextlib
 import logging
 import random
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from humpyard.clock import Clock, SystemClock
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("humpyard.gateway")
 RETENTION_EVERY_SECS = 3600.0
+OVERRIDE_SWEEP_SECS = 30.0  # the longest wait between override-expiry sweeps
 
 
 def health_settings(config: Config) -> HealthSettings:
@@ -60,7 +61,8 @@ def health_settings(config: Config) -> HealthSettings:
 class _Cached:
     taken_at: float
     overrides: tuple[Override, ...]
-    spend: dict[str, float]
+    spend: dict[str, float]  # key id -> spend in ``periods[key id]``
+    periods: dict[str, str] = field(default_factory=dict)
 
 
 class Gateway:
@@ -91,6 +93,7 @@ class Gateway:
         self.route_rngs: dict[str, random.Random] = {}
         self._lock = threading.Lock()
         self._cached: _Cached | None = None
+        self._wake_sweep: Callable[[], object] | None = None
         self.quota = QuotaPoller(config, self.store, self.clock, self._http,
                                  metrics=self.metrics, cost_since=self._provider_cost_since)
         self._forbid_secrets(config)
@@ -140,11 +143,53 @@ class Gateway:
         return 0.0
 
     async def run_background(self, stop: asyncio.Event) -> None:
-        """Background work of a long-lived process: quota polling and retention."""
-        jobs = [self._retention(stop)]
+        """Background work of a long-lived process: quota polling, retention, and
+        recording override expiries as they happen."""
+        jobs = [self._retention(stop), self._sweep_overrides(stop)]
         if self.quota.providers():
             jobs.append(self.quota.run(stop))
         await asyncio.gather(*jobs)
+
+    def expire_overrides(self) -> list[Override]:
+        """Record the expiry of every override that has run out (one audit entry each,
+        stamped with its ``expires_at``); returns them. Blocking: call off the loop."""
+        if not self.store.has_ledger:
+            return []
+        expired = self.store.expire_due(self.clock.now())
+        for ov in expired:
+            log.info("override expired id=%s kind=%s subject=%s", ov.id, ov.kind, ov.subject,
+                     extra={"override_id": ov.id, "kind": ov.kind, "subject": ov.subject})
+        if expired:
+            self.invalidate()
+        return expired
+
+    def _next_expiry_in(self) -> float:
+        """Seconds until the soonest known override expiry, at most OVERRIDE_SWEEP_SECS."""
+        now = self.clock.now()
+        upcoming = [o.expires_at - now for o in self._shared_state(now).overrides
+                    if o.expires_at > now]
+        return max(0.01, min([OVERRIDE_SWEEP_SECS, *upcoming]) + 0.001)
+
+    async def _sweep_overrides(self, stop: asyncio.Event) -> None:
+        """Sweep at each known expiry, at least every OVERRIDE_SWEEP_SECS, and again
+        whenever the overrides change (``invalidate`` wakes it)."""
+        if not self.store.has_ledger:
+            return
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+        self._wake_sweep = lambda: loop.call_soon_threadsafe(wake.set)
+        try:
+            while not stop.is_set():
+                wake.clear()
+                try:
+                    await asyncio.to_thread(self.expire_overrides)
+                    wait = await asyncio.to_thread(self._next_expiry_in)
+                except Exception:  # noqa: BLE001 - the sweep must never stop the gateway
+                    log.exception("override expiry sweep failed")
+                    wait = OVERRIDE_SWEEP_SECS
+                await _first_of(stop, wake, timeout=wait)
+        finally:
+            self._wake_sweep = None
 
     def purge_expired(self) -> int:
         """Delete ledger rows older than ``decision_retention_days``; returns decisions removed."""
@@ -178,11 +223,23 @@ class Gateway:
         return self._state_source
 
     def invalidate(self) -> None:
-        """Forget the cached overrides/spend so the next snapshot reads the store."""
-        self._cached = None
+        """Make the next snapshot re-read overrides and spend from the store.
+
+        The spend this process counted is kept until the store has it (see
+        ``_shared_state``), so a reload never forgets spend.
+        """
+        cached = self._cached
+        if cached is not None:
+            cached.taken_at = float("-inf")
         source = self._shared_source()
         if source is not None:
             source.invalidate()
+        wake = self._wake_sweep
+        if wake is not None:
+            try:
+                wake()
+            except RuntimeError:  # the sweeping loop has closed
+                pass
 
     def _budget_periods(self, now: float) -> dict[str, str]:
         return {k.id: period_key(k.budget.period, now)
@@ -201,17 +258,25 @@ class Gateway:
         try:
             if self.store.has_ledger:
                 overrides = mark_stale(self.store.list_overrides(now), self._config)
-            spend = self.store.spend_for(periods) if periods and self.store.has_ledger else {}
+            # Every store keeps spend, the memory store of a gateway without a [ledger] too.
+            spend = dict(self.store.spend_for(periods)) if periods else {}
         except Exception:  # noqa: BLE001 - a store outage must not stop traffic
             # Serve on what was last read (retried after one refresh interval).
             log.exception("shared state could not be read; serving on the last snapshot")
             if cached is None:
-                cached = _Cached(taken_at=now, overrides=(), spend={})
+                cached = _Cached(taken_at=now, overrides=(), spend={}, periods=periods)
             else:
-                cached = _Cached(taken_at=now, overrides=cached.overrides, spend=cached.spend)
+                cached = _Cached(taken_at=now, overrides=cached.overrides, spend=cached.spend,
+                                 periods=cached.periods)
             self._cached = cached
             return cached
-        cached = _Cached(taken_at=now, overrides=overrides, spend=dict(spend))
+        if cached is not None:
+            # Spend only grows within a period, and what this process counted may not be
+            # written yet (the background writer): keep the larger of the two.
+            for key_id, period in periods.items():
+                if cached.periods.get(key_id) == period and key_id in cached.spend:
+                    spend[key_id] = max(spend.get(key_id, 0.0), cached.spend[key_id])
+        cached = _Cached(taken_at=now, overrides=overrides, spend=spend, periods=periods)
         self._cached = cached
         return cached
 
@@ -226,7 +291,8 @@ class Gateway:
             marked = (view.overrides, self._config, mark_stale(view.overrides, self._config))
             self._marked = marked
         active = tuple(o for o in marked[2] if o.expires_at > now)
-        return _Cached(taken_at=now, overrides=active, spend=source.spend(view, periods))
+        return _Cached(taken_at=now, overrides=active, spend=source.spend(view, periods),
+                       periods=periods)
 
     def snapshot(self, now: float | None = None) -> StateSnapshot:
         """Health, latency, overrides and spend as the planner sees them now."""
@@ -243,13 +309,18 @@ class Gateway:
                              overrides=shared.overrides, spend_usd=shared.spend, taken_at=now)
 
     def add_spend(self, key_id: str, period: str, usd: float) -> None:
-        """Count spend at once locally and in the store off the request path."""
+        """Count spend at once locally and in the store off the request path.
+
+        The local count is for ``period``; spend of another period (the day
+        turned) is left to the store and read back at the next refresh.
+        """
         source = self._shared_source()
         if source is not None:
             source.note_spend(key_id, period, usd)
         cached = self._cached
-        if cached is not None:
+        if cached is not None and cached.periods.get(key_id, period) == period:
             cached.spend[key_id] = cached.spend.get(key_id, 0.0) + usd
+            cached.periods.setdefault(key_id, period)
         self.writer.submit_spend(key_id, period, usd)
 
     @property
@@ -315,3 +386,14 @@ class Gateway:
         self.writer.close()
         await self.client.aclose()
         self.store.close()
+
+
+async def _first_of(*events: asyncio.Event, timeout: float) -> None:
+    """Wait until any of ``events`` is set, or ``timeout`` seconds pass."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)

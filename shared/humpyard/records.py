@@ -41,7 +41,8 @@ class Attempt:
     status: int | None = None
     failure_class: str | None = None
     latency_ms: float | None = None
-    retry_after_ms: int | None = None
+    retry_after_ms: int | None = None  # the cooldown honoured (clamped)
+    stated_retry_after_ms: int | None = None  # what the upstream said
     error: str | None = None
     skipped: str | None = None  # skipped_unavailable | cold | probe_in_flight
     resend: bool = False
@@ -54,6 +55,8 @@ class Attempt:
              "latency_ms": None if self.latency_ms is None else round(self.latency_ms, 2)}
         if self.retry_after_ms is not None:
             d["retry_after_ms"] = self.retry_after_ms
+        if self.stated_retry_after_ms is not None:
+            d["stated_retry_after_ms"] = self.stated_retry_after_ms
         if self.error:
             d["error"] = self.error
         if self.skipped:

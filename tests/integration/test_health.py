@@ -127,6 +127,24 @@ def test_stated_retry_time_cools_at_once(ups):
             assert "humpyard_retry_after_honored_total 1" in c.get("/metrics").text
 
 
+@pytest.mark.parametrize("stated,honoured_ms,stated_ms", [
+    ("Please try again in 0.2s", 1000, 200),      # clamped up to 1 s
+    ("Please try again in 100s", 20000, 100000),  # clamped down to max_retry_after_secs
+])
+def test_the_decision_records_the_retry_time_as_honoured(ups, stated, honoured_ms, stated_ms):
+    a, b = ups
+    a.script(status(429, {"error": {"message": stated}}))
+    text = cfg(a.url, b.url, health="max_retry_after_secs = 20")
+    with running_gateway(text, clock=FakeClock()) as gw:
+        assert chat(gw.url).headers["x-humpyard-target"] == "second"
+        e = endpoint(gw, "a/ma")
+        assert e["cooldown_source"] == "retry_after"
+        assert e["cooldown_remaining_ms"] == honoured_ms
+        attempt = gw.decisions(limit=1)[0]["attempts"][0]
+        assert attempt["retry_after_ms"] == honoured_ms
+        assert attempt["stated_retry_after_ms"] == stated_ms  # kept beside it
+
+
 def test_retry_after_header_wins_over_body(ups):
     a, b = ups
     a.script(status(503, {"error": {"message": "try again in 99s"}},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
@@ -75,8 +77,8 @@ def test_disable_target_moves_traffic_and_expires(ups):
         r = chat(gw)
         assert r.headers["x-humpyard-target"] == "second"
         [d] = [x for x in gw.decisions() if x["request_id"] == r.headers["x-humpyard-request-id"]]
-        assert d["overrides"] == [{"id": ov["id"], "target": "first",
-                                   "reason": d["overrides"][0]["reason"]}]
+        assert d["overrides"] == [{"id": ov["id"], "kind": "disable_target", "subject": "first",
+                                   "target": "first", "reason": d["overrides"][0]["reason"]}]
         with gw.client(authorization="Bearer ops-secret") as c:
             cfgv = c.get("/v1/config").json()
             assert cfgv["targets"]["first"]["overridden_by"][0]["override_id"] == ov["id"]
@@ -187,3 +189,24 @@ def test_override_goes_stale_after_reload_removes_subject(ups):
         assert [(o["id"], o["stale"]) for o in listed] == [(ov["id"], True)]
         r = chat(gw)
         assert r.status_code == 200 and r.headers["x-humpyard-target"] == "second"
+
+
+def test_expiry_is_recorded_when_it_happens_without_anyone_listing(ups):
+    """The gateway's background sweep audits an expiry at the expiry, not at the next
+    ``GET /v1/overrides``."""
+    a, b = ups
+    with running_gateway(cfg(a.url, b.url), env=ENV, admin_key="ops-secret") as gw:
+        ov = create(gw, {"kind": "disable_target", "subject": "first",
+                         "expires_in_secs": 0.5}).json()
+        deadline = time.monotonic() + 5
+        expired: list[dict] = []
+        with gw.client(authorization="Bearer ops-secret") as c:
+            while not expired and time.monotonic() < deadline:
+                audit = c.get("/v1/overrides/audit").json()["audit"]
+                expired = [e for e in audit if e["action"] == "expire"]
+                if not expired:
+                    time.sleep(0.05)
+        assert len(expired) == 1, "expiry not recorded within 5 s"
+        assert expired[0]["override_id"] == ov["id"] and expired[0]["by"] is None
+        assert expired[0]["ts"] == ov["expires_at"]
+        assert chat(gw).headers["x-humpyard-target"] == "first"

@@ -90,3 +90,26 @@ judge = "judge"
             d = gw.decisions()[0]
             purposes = [(a["target"], a.get("purpose")) for a in d["attempts"]]
             assert purposes == [("judge", "judge"), ("deep", None)]
+
+
+def test_an_invalid_session_id_is_served_without_a_session():
+    """An invalid id in the first session header does not fall through to the next one."""
+    route = """
+[routes.auto]
+type = "stage_router"
+efficient = ["cheap"]
+capable = ["deep"]
+"""
+    with FakeUpstream() as e, FakeUpstream() as c, FakeUpstream() as j:
+        with running_gateway(cfg(e.url, c.url, j.url, route)) as gw:
+            # session s1 escalates and holds "deep"
+            assert send(gw, [USER, RUN_TESTS, CRASHED], "s1").headers[
+                "x-humpyard-target"] == "deep"
+            follow = [{"role": "user", "content": "and now the docs"}]
+            headers = {"x-switchyard-session-id": "not valid", "x-session-id": "s1"}
+            with gw.client(**headers) as client:
+                r = client.post("/v1/chat/completions",
+                                json={"model": "auto", "messages": follow})
+            assert r.status_code == 200
+            assert r.headers["x-humpyard-target"] == "cheap"  # not s1's held tier
+            assert gw.decisions(limit=1)[0]["session_id"] is None

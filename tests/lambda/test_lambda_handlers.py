@@ -192,6 +192,27 @@ def test_scheduled_event_polls_quota_and_publishes_gauges(
         assert entry["state"] == "fresh" and entry["windows"]["rolling"]["percent"] == 42.5
 
 
+def test_the_schedule_records_an_override_expiry_without_anyone_listing(stack: Stack) -> None:
+    poller, admin = stack.function("quota_poller"), stack.function("admin")
+    created = stack.invoke(admin, event("overrides_post", body={
+        "kind": "disable_target", "subject": "primary", "expires_in_secs": 0.3}))
+    assert created["statusCode"] == 201, created["body"]
+    override = json.loads(created["body"])
+    scheduled = json.loads((EVENTS / "scheduled.json").read_text())
+    expired: list[str] = []
+    deadline = time.monotonic() + 5
+    while not expired and time.monotonic() < deadline:
+        expired = poller.handler(scheduled, LambdaContext())["overrides_expired"]
+        if not expired:
+            time.sleep(0.05)
+    assert expired == [override["id"]]
+    audit = [e for e in stack.store().list_audit() if e["action"] == "expire"]
+    assert [(e["override_id"], e["ts"]) for e in audit] == [
+        (override["id"], override["expires_at"])]
+    # exactly once: the next run records nothing more
+    assert poller.handler(scheduled, LambdaContext())["overrides_expired"] == []
+
+
 def test_a_ledger_write_that_fails_is_logged_with_the_whole_decision(
         stack: Stack, capsys: pytest.CaptureFixture[str]) -> None:
     gateway = stack.function("gateway")

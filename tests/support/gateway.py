@@ -50,11 +50,15 @@ def config_from(text: str, env: Mapping[str, str] | None = None) -> Config:
 def running_gateway(text: str, *, env: Mapping[str, str] | None = None,
                     ledger: str | None = ":memory:", clock: Clock | None = None,
                     rng: random.Random | None = None,
-                    admin_key: str | None = None) -> Iterator[Running]:
-    """Serve ``text`` (a TOML config) on a free loopback port until the block ends."""
+                    admin_key: str | None = None, health: Any = None) -> Iterator[Running]:
+    """Serve ``text`` (a TOML config) on a free loopback port until the block ends.
+
+    ``health`` replaces the gateway's in-memory health book (a ``SharedHealth``
+    to run several gateways on one set of breakers).
+    """
     config = config_from(text, env)
     store = open_store(ledger, clock or SystemClock()) if ledger is not None else None
-    gw = Gateway(config, store, clock=clock, rng=rng or random.Random(1))
+    gw = Gateway(config, store, clock=clock, rng=rng or random.Random(1), health=health)
     app = create_app(config, gateway=gw)
     with ServerThread(app, lifespan="on") as srv:
         r = Running(url=srv.url, gw=gw, config=config)

@@ -12,13 +12,16 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import uvicorn
 
 from tests.support.fake_upstream import FakeUpstream, RecordedRequest
 
-__all__ = ["FakeUpstream", "RecordedRequest", "ServerThread", "closed_port_url", "free_port"]
+__all__ = ["FakeUpstream", "RecordedRequest", "ServerThread", "closed_port_url", "free_port",
+           "silent_port"]
 
 
 def free_port() -> int:
@@ -31,6 +34,35 @@ def free_port() -> int:
 def closed_port_url(path: str = "/v1") -> str:
     """A URL on 127.0.0.1 where nothing listens: connecting is refused."""
     return f"http://127.0.0.1:{free_port()}{path}"
+
+
+@contextmanager
+def silent_port() -> Iterator[int]:
+    """A loopback port that silently drops connections: dialling it hangs until the
+    connect timeout, like a host behind a firewall that DROPs.
+
+    A listener that never accepts, with its accept queue filled by a few
+    connections of our own: Linux then drops further SYNs without an answer
+    (the client retransmits), on loopback too.
+    """
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    fillers: list[socket.socket] = []
+    try:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(0)
+        for _ in range(4):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            fillers.append(s)
+            s.setblocking(False)
+            try:
+                s.connect(srv.getsockname())
+            except BlockingIOError:
+                pass
+        yield int(srv.getsockname()[1])
+    finally:
+        for s in fillers:
+            s.close()
+        srv.close()
 
 
 class ServerThread:

@@ -7,8 +7,10 @@ Order of work for one request::
         fallback_on (or the tail's ``on`` when entering the tail)
         for each endpoint (warm first; cold ones only when the target is cold):
             readiness: an unready endpoint is skipped, costing nothing
+            admission: one probe per cooldown end (see ``Executor._admit``)
             1 + max_retries attempts; each failure is classified and recorded
     when the last failure never reached the wire, re-dial it on the ladder
+    within the provider's connect_retry_window_secs (see ``Executor._resend``)
 
 A failure of class ``request`` (400, 422, …) stops everything at once.
 """
@@ -21,12 +23,13 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from humpyard.clock import Clock
 from humpyard.config.spec import Config, EndpointSpec, ProviderSpec
 from humpyard.errors import UpstreamError
 from humpyard.executor.stream import hold_back
+from humpyard.health.breaker import clamp_retry_after
 from humpyard.health.retry_after import parse_retry_after
 from humpyard.planning.types import Plan, PlannedTarget
 from humpyard.records import Attempt, Served
@@ -40,7 +43,7 @@ from humpyard.upstream.classify import (
 )
 from humpyard.upstream.client import UpstreamClient, UpstreamResponse
 from humpyard.upstream.errors import ConnectFailure, ReadTimeout, TransportFailure
-from humpyard.upstream.resend import ladder_delays
+from humpyard.upstream.resend import redials
 
 log = logging.getLogger("humpyard.executor")
 routability_log = logging.getLogger("humpyard.routability")
@@ -61,6 +64,17 @@ class Failure:
     failure_class: str
     never_delivered: bool = False
     retry_after: float | None = None
+    started: float = 0.0  # clock.monotonic() when the failed call began
+
+
+class _Place(NamedTuple):
+    """Where the walk stands: target ``ti`` of ``plan``, endpoint ``i`` of ``order``."""
+
+    plan: Plan
+    ti: int
+    order: list[EndpointSpec]
+    i: int
+    last: Failure | None
 
 
 class Executor:
@@ -89,7 +103,7 @@ class Executor:
         last: Failure | None = None
         last_ep: tuple[PlannedTarget, EndpointSpec] | None = None
         prev: PlannedTarget | None = None
-        for target in plan.targets:
+        for ti, target in enumerate(plan.targets):
             if last is not None and prev is not None:
                 gate = plan.tail_on if (target.tail and not prev.tail) else plan.fallback_on
                 if last.failure_class not in gate:
@@ -102,12 +116,19 @@ class Executor:
                                                      provider.health_path):
                     attempts.append(_attempt(target, ep, skipped="skipped_unavailable"))
                     continue
-                if not self._admit(ep, last_in_target=i == len(order) - 1):
-                    attempts.append(_attempt(target, ep, skipped="probe_in_flight"))
+                admitted = self._admit(ep, target, _Place(plan, ti, order, i, last))
+                if admitted is None:
+                    attempts.append(_attempt(target, ep, skipped=self._skip_reason(ep)))
                     continue
                 for _ in range(1 + provider.max_retries):
-                    result = await self._attempt(target, ep, provider, body, stream, path,
-                                                 attempts, wanted_usage)
+                    try:
+                        result = await self._attempt(target, ep, provider, body, stream, path,
+                                                     attempts, wanted_usage, probe=admitted)
+                    except BaseException:
+                        if admitted:  # cancelled mid-probe: let the next request probe
+                            self.health.release_probe(ep.key, self.clock.now())
+                        raise
+                    admitted = False  # the lease is settled by the first attempt
                     if isinstance(result, Served):
                         return result
                     last, last_ep, cls = result
@@ -146,18 +167,58 @@ class Executor:
             return warm
         return [ep for _, ep in sorted(cold, key=lambda c: c[0])]
 
-    def _admit(self, ep: EndpointSpec, *, last_in_target: bool) -> bool:
-        """Whether to call ``ep`` now. A half-open endpoint takes one probe at a time;
-        another request skips it unless it is the target's last endpoint (health
-        never denies service)."""
+    def _admit(self, ep: EndpointSpec, target: PlannedTarget, place: _Place) -> bool | None:
+        """Whether to call ``ep`` now: None to skip it, True when this call is the probe.
+
+        The rule (docs/health.md "Probes"): when a cooldown ends, exactly one
+        request, the one that wins the probe lease, is sent as the probe. A
+        request that loses the race skips the endpoint whenever its plan still
+        holds another endpoint or target it could use (``_usable_left``); so does
+        one that finds the endpoint cooling although planning saw it warm (a
+        concurrent request tripped it). Only a request with nothing else left
+        calls such an endpoint, because health never denies service; that call
+        is not the probe and holds no lease. A target planning kept although
+        cold (fail open, or ``skip_cold_targets = false``) is called as planned.
+        """
         now = self.clock.now()
-        if self.health.view(ep.key, now).state != "probing":
+        state = self.health.view(ep.key, now).state
+        if state == "healthy":
+            return False
+        if state == "probing":
+            if self.health.try_acquire_probe(ep.key, now):
+                return True
+        elif target.cold or not self.health.settings.skip_cold_targets:
+            return False
+        return None if self._usable_left(place) else False
+
+    def _skip_reason(self, ep: EndpointSpec) -> str:
+        view = self.health.view(ep.key, self.clock.now())
+        return "cold" if view.cold else "probe_in_flight"
+
+    def _usable_left(self, place: _Place) -> bool:
+        """Whether skipping now still leaves an endpoint this request could use: a later
+        endpoint of the target, or one of a later target of the same group (members or
+        guarded tail) that the last failure may fall through to. Cold endpoints and
+        endpoints whose probe another request holds do not count."""
+        plan, ti, order, i, last = place
+        now = self.clock.now()
+
+        def usable(ep: EndpointSpec) -> bool:
+            view = self.health.view(ep.key, now)
+            return not view.cold and not view.probe_in_flight
+
+        if any(usable(ep) for ep in order[i + 1:]):
             return True
-        return self.health.try_acquire_probe(ep.key, now) or last_in_target
+        if last is not None and last.failure_class not in plan.fallback_on:
+            return False
+        group = plan.targets[ti].tail
+        return any(usable(ep) for t in plan.targets[ti + 1:] if t.tail == group
+                   for ep in t.endpoints)
 
     async def _attempt(self, target: PlannedTarget, ep: EndpointSpec, provider: ProviderSpec,
                        body: dict[str, Any], stream: bool, path: str,
-                       attempts: list[Attempt], wanted_usage: bool,
+                       attempts: list[Attempt], wanted_usage: bool, *, probe: bool = False,
+                       connect_timeout: float | None = None,
                        ) -> Served | tuple[Failure, tuple[PlannedTarget, EndpointSpec],
                                            Classification]:
         att = _attempt(target, ep)
@@ -167,7 +228,8 @@ class Executor:
         resp: UpstreamResponse | None = None
         try:
             async with asyncio.timeout(provider.timeout_secs):
-                resp = await self.client.open(provider, path, payload)
+                resp = await self.client.open(provider, path, payload,
+                                              connect_timeout=connect_timeout)
                 att.status = resp.status
                 if resp.status == 200:
                     served = await self._answer(resp, target, ep, provider, stream, att,
@@ -189,15 +251,18 @@ class Executor:
             if resp is not None:
                 await resp.aclose()
         att.latency_ms = (self.clock.monotonic() - started) * 1000
+        failure.started = started
         att.failure_class = str(cls.failure_class)
         # Upstreams may quote the request's Authorization header in their errors.
         failure.message = redact(failure.message, (provider.api_key,))
         att.error = failure.message
-        if failure.retry_after is not None:
-            att.retry_after_ms = int(failure.retry_after * 1000)
+        if failure.retry_after is not None:  # as honoured: the cooldown it sets (health/)
+            att.retry_after_ms = round(
+                clamp_retry_after(failure.retry_after, self.health.settings) * 1000)
+            att.stated_retry_after_ms = round(failure.retry_after * 1000)
         if cls.counts_for_health:
             self.health.record_failure(ep.key, self.clock.now(), failure.retry_after)
-        else:
+        elif probe:  # an answer that says nothing about the endpoint: the next request probes
             self.health.release_probe(ep.key, self.clock.now())
         return failure, (target, ep), cls
 
@@ -268,18 +333,26 @@ class Executor:
     async def _resend(self, where: tuple[PlannedTarget, EndpointSpec], config: Config,
                       body: dict[str, Any], stream: bool, path: str, attempts: list[Attempt],
                       wanted_usage: bool, last: Failure) -> Served | Failure:
+        """Re-dial a never-delivered endpoint inside ``connect_retry_window_secs``.
+
+        The window runs from the start of the failed dial, dials included
+        (``upstream/resend.py``): the last dial's connect timeout is cut to
+        what is left. When a re-dial happened, one ``humpyard.routability``
+        line reports the dials made and the time since that first dial.
+        """
         target, ep = where
         provider = config.providers[ep.provider]
         if provider.connect_retry_window_secs <= 0:
             return last
-        started = self.clock.monotonic()
+        first = last.started
         tries = 0
         result: Served | Failure = last
-        for delay in ladder_delays(provider.connect_retry_window_secs, self.rng):
-            await self.clock.sleep(delay)
+        for redial in redials(provider.connect_retry_window_secs, first, self.clock.monotonic,
+                              self.rng, provider.connect_timeout_secs):
+            await self.clock.sleep(redial.sleep)
             tries += 1
             out = await self._attempt(target, ep, provider, body, stream, path, attempts,
-                                      wanted_usage)
+                                      wanted_usage, connect_timeout=redial.connect_timeout)
             attempts[-1].resend = True
             if isinstance(out, Served):
                 result = out
@@ -288,7 +361,7 @@ class Executor:
             if not result.never_delivered:
                 break
         if tries:
-            ms = (self.clock.monotonic() - started) * 1000
+            ms = (self.clock.monotonic() - first) * 1000
             last_msg = "ok" if isinstance(result, Served) else result.message
             routability_log.info("humpyard.routability endpoint=%s attempts=%d ms=%d last=%s",
                                  ep.key, tries + 1, ms, last_msg)

@@ -56,6 +56,7 @@ def log_transition(key: str, old: BreakerState, new: BreakerState, now: float) -
 class HealthState(Protocol):
     """Endpoint health as the executor and planning use it. Times are epoch seconds.
 
+    ``settings`` are the current ``[health]`` knobs (replaced on a reload).
     ``view`` is ``breaker.view`` of ``get`` under the current settings.
     ``try_acquire_probe`` returns True to exactly one caller per half-open
     endpoint (across every instance sharing the state) and True for a closed
@@ -63,6 +64,8 @@ class HealthState(Protocol):
     or ``release_probe``. ``snapshot`` lists every endpoint with recorded
     state; an endpoint that is absent is healthy.
     """
+
+    settings: HealthSettings
 
     def get(self, key: str) -> BreakerState: ...
 

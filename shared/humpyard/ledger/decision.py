@@ -77,7 +77,8 @@ def build_decision(call: Call, *, status: int, served: Served | None,
         "excluded_targets": names("classes"),
         "policy_removed": names("policy") + names("budget"),
         "incapable_targets": names("capability"),
-        "overrides": [{"id": r.override_id, "target": r.target, "reason": r.reason}
+        "overrides": [{"id": r.override_id, "kind": r.override_kind,
+                       "subject": r.override_subject, "target": r.target, "reason": r.reason}
                       for r in removals if r.step == "override"],
         "cold_targets": [r.target for r in removals if r.step == "health"],
         "health_fail_open": bool(plan.health_fail_open) if plan else False,

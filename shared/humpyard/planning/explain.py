@@ -90,7 +90,8 @@ def _removal(r: Removal) -> dict[str, Any]:
     if r.step in ("policy", "budget"):
         entry["step"] = r.step
     if r.override_id is not None:
-        entry["override_id"] = r.override_id
+        entry.update(override_id=r.override_id, kind=r.override_kind,
+                     subject=r.override_subject)
     return entry
 
 

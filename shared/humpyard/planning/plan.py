@@ -37,16 +37,12 @@ from humpyard.errors import (
     UnknownModel,
 )
 from humpyard.planning import steps
+from humpyard.planning.causes import describe
 from humpyard.planning.compiled import CompiledConfig, SnapshotView, compile_config
 from humpyard.planning.order import explore_first, order_random
 from humpyard.planning.policy import RoutingPolicy, is_allow_all
 from humpyard.planning.select import Selection, key_may_use, select_route
 from humpyard.planning.types import Plan, PlannedTarget, RequestFacts, StateSnapshot
-
-_CAPABILITY_TEXT = {
-    steps.TOOLS: "the request uses tools but its endpoints declare tools = false",
-    steps.VISION: "the request carries images but its endpoints declare vision = false",
-}
 
 
 def plan(facts: RequestFacts, snapshot: StateSnapshot, config: Config | CompiledConfig,
@@ -80,20 +76,17 @@ def plan(facts: RequestFacts, snapshot: StateSnapshot, config: Config | Compiled
     w = steps.Work(cc, info)
     steps.apply_classes(w)
     if not w.servable():
-        raise _refuse(NoEligibleTarget(f"route {route.name!r} has no eligible target: "
-                                       "allowed_classes removed every target"), sel, route, w,
-                      facts)
+        raise _refuse(NoEligibleTarget(_no_target(w, facts, snapshot)), sel, route, w, facts)
     _policy_step(w, facts, snapshot, policy, sel)
     steps.apply_capabilities(w, facts)
     if not w.servable():
-        raise _refuse(NoCapableTarget(_capability_message(w, facts)), sel, route, w, facts)
+        raise _refuse(NoCapableTarget(_no_target(w, facts, snapshot, capable=True)),
+                      sel, route, w, facts)
     if snapshot.overrides:
         steps.apply_overrides(w, snapshot.overrides, now)
         if not w.servable():
-            ids = sorted({r.override_id for r in w.removals if r.override_id})
-            raise _refuse(OverrideNoTarget(
-                f"route {route.name!r} has no target left: runtime override(s) "
-                f"{', '.join(ids)} removed every remaining target"), sel, route, w, facts)
+            raise _refuse(OverrideNoTarget(_no_target(w, facts, snapshot)), sel, route, w,
+                          facts)
     view = cc.view(snapshot)
     steps.apply_health(w, view, cc.skip_cold)
     rng = _route_rng(route, rng, route_rngs)
@@ -113,36 +106,18 @@ def _policy_step(w: steps.Work, facts: RequestFacts, snapshot: StateSnapshot,
     steps.apply_policy(w, facts, snapshot, None if is_allow_all(policy) else policy, exhausted)
     if w.servable():
         return
-    if any(r.step == "budget" for r in w.removals):
-        key = w.cc.config.keys[facts.key_id or ""]
-        budget = key.budget
-        assert budget is not None
-        spent = snapshot.spend_usd.get(key.id, 0.0)
-        raise _refuse(BudgetExhausted(
-            f"key {key.id!r} has spent its budget (${spent:.2f} of ${budget.usd:.2f} this "
-            f"{budget.period}) and route {route.name!r} has no free target"),
-            sel, route, w, facts)
-    reasons = sorted({r.reason for r in w.removals if r.step == "policy"})
-    raise _refuse(NoEligibleTarget(
-        f"route {route.name!r} has no eligible target: the routing policy removed every "
-        f"target ({', '.join(reasons)})"), sel, route, w, facts)
+    refusal = BudgetExhausted if any(r.step == "budget" for r in w.removals) \
+        else NoEligibleTarget
+    raise _refuse(refusal(_no_target(w, facts, snapshot)), sel, route, w, facts)
 
 
-def _capability_message(w: steps.Work, facts: RequestFacts) -> str:
-    texts: list[str] = []
-    for r in w.removals:
-        if r.step != "capability":
-            continue
-        if r.reason == steps.WINDOW:
-            windows = [e.context_window or 0 for e in w.cc.targets[r.target].spec.endpoints]
-            text = (f"the prompt (at least {facts.prompt_tokens_low} tokens) is larger than "
-                    f"every declared context_window (largest {max(windows)})")
-        else:
-            text = _CAPABILITY_TEXT.get(r.reason, r.reason)
-        if text not in texts:
-            texts.append(text)
-    return (f"no target of route {w.info.spec.name!r} can serve this request: "
-            + "; ".join(texts))
+def _no_target(w: steps.Work, facts: RequestFacts, snapshot: StateSnapshot, *,
+               capable: bool = False) -> str:
+    """The refusal's message: every step that removed targets (``causes.py``)."""
+    name = w.info.spec.name
+    lead = (f"no target of route {name!r} can serve this request" if capable
+            else f"route {name!r} has no target left")
+    return f"{lead}: " + "; ".join(describe(w.removals, w.cc, name, facts, snapshot))
 
 
 def _route_rng(route: RouteSpec, rng: random.Random,

@@ -173,7 +173,7 @@ def apply_overrides(w: Work, overrides: Iterable[Override], now: float) -> None:
     for o in active_overrides(overrides, now):
         if o.kind == "disable_target":
             if o.subject in info.index and o.subject not in w.gone:
-                w.remove(Removal(o.subject, "override", o.kind, o.id))
+                w.remove(_by_override(o.subject, o))
         elif o.kind == "drain_provider":
             _drain(w, o)
         elif o.kind == "pin_route":
@@ -183,7 +183,7 @@ def apply_overrides(w: Work, overrides: Iterable[Override], now: float) -> None:
         keep = {o.target for o in pins}
         for t in w.alive():
             if t not in keep:
-                w.remove(Removal(t, "override", "pin_route", pins[0].id))
+                w.remove(_by_override(t, pins[0]))
 
 
 def _drain(w: Work, o: Override) -> None:
@@ -194,7 +194,12 @@ def _drain(w: Work, o: Override) -> None:
         if left:
             w.eps[t] = left
         else:
-            w.remove(Removal(t, "override", o.kind, o.id))
+            w.remove(_by_override(t, o))
+
+
+def _by_override(target: str, o: Override) -> Removal:
+    return Removal(target, "override", o.kind, o.id, override_kind=o.kind,
+                   override_subject=o.subject)
 
 
 def _mark_cold(w: Work, view: SnapshotView) -> None:

@@ -86,12 +86,19 @@ class StateSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class Removal:
-    """A target taken out of a plan, and why. ``step`` is the planning step."""
+    """A target taken out of a plan, and why. ``step`` is the planning step.
+
+    A removal by a runtime override carries the override's ``id``, ``kind``
+    and ``subject`` (the target, provider or route it names), so a decision
+    can say which override acted without looking it up.
+    """
 
     target: str
-    step: str  # classes | policy | budget | capability | override | health | pool
+    step: str  # classes | policy | budget | capability | override | health
     reason: str
     override_id: str | None = None
+    override_kind: str | None = None
+    override_subject: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import zlib
 from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, urlsplit
 
@@ -256,14 +257,24 @@ class UpstreamClient:
         return head
 
     async def open(self, provider: ProviderSpec, path: str, body: bytes, *,
-                   extra_headers: dict[str, str] | None = None) -> UpstreamResponse:
+                   extra_headers: dict[str, str] | None = None,
+                   connect_timeout: float | None = None) -> UpstreamResponse:
         """POST ``body`` to ``provider.base_url + path``; the body is unread.
 
-        Waits for a concurrency slot first (``SlotTimeout`` when none frees in time)."""
+        Waits for a concurrency slot first (``SlotTimeout`` when none frees in time).
+        ``connect_timeout`` (seconds) replaces the provider's ``connect_timeout_secs``
+        for this call when shorter (the re-send window's last dial, ``upstream/resend.py``).
+        """
+        cut = connect_timeout if connect_timeout is not None and \
+            connect_timeout < provider.connect_timeout_secs else None
         fast = self.fast
         if fast is None:
+            if cut is not None:
+                provider = replace(provider, connect_timeout_secs=cut)
             return await self._open_via_httpx(provider, path, body, extra_headers)
         _, origin, prefix, timeouts = self._head(provider, path, extra_headers)
+        if cut is not None:
+            timeouts = timeouts._replace(connect=cut)
         release = await self.slots.acquire(provider.name, provider.max_concurrent)
         ans = await fast.request(origin, finish_head(prefix, "POST", body), body, timeouts,
                                  on_end=release)

@@ -153,7 +153,8 @@ def test_pool_left_out_and_overridden() -> None:
     assert out["route"]["pool"]["left_out"] == [{"target": "g3",
                                                   "reason": "context_window_below"}]
     assert out["overridden_targets"] == [{"target": "g2", "reason": "disable_target",
-                                          "override_id": "5"}]
+                                          "override_id": "5", "kind": "disable_target",
+                                          "subject": "g2"}]
 
 
 def test_cold_targets_and_fail_open_are_shown() -> None:
