@@ -11,7 +11,7 @@ guessed at. Never edit a released migration; append a new one.
 - v3: quota snapshots and history.
 
 The decision and usage columns are a public interface: operators query
-them with the sqlite3 shell (seed 002, "Tuning the estimate").
+them with the sqlite3 shell (docs/operations.md, "Tuning the prompt estimate").
 """
 
 from __future__ import annotations
