@@ -80,10 +80,6 @@ class FastTransport:
         """Every open connection, idle or in use (``is_closed()``, ``is_idle()``)."""
         return list(self._all)
 
-    @property
-    def _pool(self) -> FastTransport:  # the attribute tests/faults/test_soak.py reads
-        return self
-
     def context(self, options: TLSOptions | None) -> ssl.SSLContext:
         """The TLS context for ``options`` (built on first use, then shared)."""
         key = options or DEFAULT_TLS
