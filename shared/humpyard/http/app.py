@@ -34,6 +34,7 @@ from humpyard.http.chat import OPENAI_CHAT
 from humpyard.http.errors import error_response
 from humpyard.http.intake import ClientPath
 from humpyard.http.messages import ANTHROPIC_MESSAGES
+from humpyard.http.responses import RESPONSES
 from humpyard.store import Store
 
 if TYPE_CHECKING:
@@ -52,7 +53,10 @@ def route_table() -> list[tuple[str, Route]]:
         (CLIENT, Route("/v1/chat/completions", ClientPath(OPENAI_CHAT), methods=["POST"])),
         (CLIENT, Route("/v1/messages", ClientPath(ANTHROPIC_MESSAGES), methods=["POST"])),
         (CLIENT, Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"])),
+        (CLIENT, Route("/v1/responses", ClientPath(RESPONSES), methods=["POST"])),
         (CLIENT, Route("/v1/models", admin.models, methods=["GET"])),
+        (CLIENT, Route("/v1/models/{model_id:path}", admin.model, methods=["GET"])),
+        (CLIENT, Route("/", admin.root, methods=["HEAD", "GET"])),  # clients' preflight
         (CLIENT, Route("/v1/route/explain", explain.explain_route, methods=["POST"])),
         # -- admin API ----------------------------------------------------------------
         (ADMIN, Route("/v1/health", admin.health, methods=["GET"])),
