@@ -64,6 +64,10 @@ class GatewayMetrics:
       for a slot.
     - ``upstream_slot_timeouts`` → ``humpyard_upstream_slot_timeouts_total{provider}``
       counter: calls that got no slot within ``[router] slot_wait_secs``.
+    - ``translation_drops`` → ``humpyard_translation_drops_total{protocol,what}``
+      counter: translation notes (what a client protocol's translation could not
+      carry as sent); protocol is the client's (``openai``, ``anthropic``,
+      ``responses``), what one of ``metrics.translation.KINDS``.
 
     Declaring the set twice over one registry returns the same metric objects.
     """
@@ -142,6 +146,10 @@ class GatewayMetrics:
         self.upstream_slot_timeouts: Counter = m.counter(
             "humpyard_upstream_slot_timeouts_total", "Upstream calls that got no concurrency "
             "slot in time.", ("provider",))
+        self.translation_drops: Counter = m.counter(
+            "humpyard_translation_drops_total", "Fields a client protocol's translation "
+            "could not carry as sent (each is a note in the request's decision), by what.",
+            ("protocol", "what"))
 
     def names(self) -> frozenset[str]:
         """The metric names this set declares."""
@@ -153,4 +161,5 @@ class GatewayMetrics:
             self.endpoint_state, self.quota_percent, self.budget_spend_usd,
             self.ledger_queue_depth, self.ledger_lag, self.ledger_batch_size,
             self.ledger_write_seconds, self.ledger_lost,
-            self.upstream_in_flight, self.upstream_waiting, self.upstream_slot_timeouts))
+            self.upstream_in_flight, self.upstream_waiting, self.upstream_slot_timeouts,
+            self.translation_drops))

@@ -120,6 +120,8 @@ def test_gateway_metrics_names_labels_and_kinds() -> None:
         "upstream_waiting": ("humpyard_upstream_waiting", Gauge, ("provider",)),
         "upstream_slot_timeouts": ("humpyard_upstream_slot_timeouts_total", Counter,
                                    ("provider",)),
+        "translation_drops": ("humpyard_translation_drops_total", Counter,
+                              ("protocol", "what")),
     }
     for attr, (name, kind, labels) in expected.items():
         metric = getattr(gm, attr)
