@@ -49,6 +49,7 @@ SCENARIOS = {
     "humpyard_upstream_in_flight": "test_a_provider_at_its_concurrency_limit",
     "humpyard_upstream_waiting": "test_a_provider_at_its_concurrency_limit",
     "humpyard_upstream_slot_timeouts_total": "test_a_provider_at_its_concurrency_limit",
+    "humpyard_translation_drops_total": "test_a_translation_that_drops_fields",
 }
 
 
@@ -269,3 +270,27 @@ slot_wait_secs = 1.0
     assert sorted(codes) == [200, 503]
     assert m['humpyard_upstream_slot_timeouts_total{provider="p"}'] == 1
     assert m['humpyard_upstream_in_flight{provider="p"}'] == 0
+
+
+def test_a_translation_that_drops_fields() -> None:
+    """Claude Code's cache marks and an unknown field (whose name is the client's)
+    on /v1/messages, Codex's hosted tool on /v1/responses: counted by kind, and the
+    client's field name never becomes a label value."""
+    with FakeUpstream() as up, running_gateway(providers(p=up.url) + """
+[targets.t]
+endpoints = [{ provider = "p", model = "m" }]
+""") as gw, gw.client() as c:
+        assert c.post("/v1/messages", json={
+            "model": "t", "max_tokens": 16, "messages": MSG, "cache_control":
+            {"type": "ephemeral"}, "made_up_field_1234": 1}).status_code == 200
+        assert c.post("/v1/responses", json={
+            "model": "t", "input": "hi", "tools": [
+                {"type": "function", "name": "f", "parameters": {}},
+                {"type": "web_search"}]}).status_code == 200
+        m = scrape(gw)
+    drops = {k: v for k, v in m.items() if k.startswith("humpyard_translation_drops_total")}
+    assert drops == {
+        'humpyard_translation_drops_total{protocol="anthropic",what="cache_control"}': 1,
+        'humpyard_translation_drops_total{protocol="anthropic",what="ignored_field"}': 1,
+        'humpyard_translation_drops_total{protocol="responses",what="hosted_tool"}': 1,
+    }

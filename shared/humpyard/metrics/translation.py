@@ -35,15 +35,14 @@ _OPENINGS: tuple[tuple[str, str], ...] = (
     ("top_k", "sampling"),
     ("temperature", "sampling"),
     ("truncation", "sampling"),
-    ("text.verbosity", "sampling"),
     ("max_tokens", "max_tokens"),
     ("a file part", "content_part"),
 )
 # Checked first: these notes open with a name from the request.
 _ENDINGS: tuple[tuple[str, str], ...] = (
-    ("ignored: not translated to the upstream", "unknown_field"),
+    ("ignored: not translated to the upstream", "ignored_field"),
     ("content part dropped: Anthropic Messages takes none", "content_part"),
-    ("dropped: Anthropic Messages takes none", "unknown_field"),
+    ("dropped: Anthropic Messages takes none", "ignored_field"),
     ("folded into user turns as <system-reminder> text", "system_message"),
 )
 
