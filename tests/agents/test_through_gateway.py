@@ -21,7 +21,7 @@ import pytest
 from tests.agents.harness import AgentRun, run_claude, run_codex
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway import Running, running_gateway
-from tests.support.steps import agent_turn
+from tests.support.steps import Exchange, Step, agent_turn, ok
 
 KEY = "sk-agent-key-0123456789"
 NOTE = "the note says 42"
@@ -114,6 +114,56 @@ def test_claude_code_tool_round_trip(workdir):
               for c in m.get("tool_calls") or []]
     assert call["id"] == "call_agent_1" and call["function"]["name"] == "Read"
     assert len(decisions) == 2 and {d["status"] for d in decisions} == {200}
+
+
+SUBAGENT_CONFIG = """
+[providers.fake]
+base_url = "{url}"
+[targets.main]
+endpoints = [{{ provider = "fake", model = "fake-main" }}]
+[targets.small]
+endpoints = [{{ provider = "fake", model = "fake-small" }}]
+[routes.auto]
+targets = ["main"]
+[routes.cheap]
+targets = ["small"]
+[[select]]
+name = "subagents"
+when = {{ subagent = true }}
+route = "cheap"
+[[select]]
+name = "claude-code"
+when = {{ model = "claude-*" }}
+route = "auto"
+"""
+
+
+class DelegateOnce(Step):
+    """The main model (``fake-main``) delegates with Claude Code's Agent tool, then
+    quotes what came back; the subagent's model (``fake-small``) answers in text."""
+
+    main = agent_turn("Agent", {"description": "Say hi", "prompt": "Say hi to the user",
+                                "subagent_type": "general-purpose"})
+    sub = ok("hi from the subagent")
+
+    async def respond(self, ex: Exchange) -> bool:
+        return await (self.main if ex.model == "fake-main" else self.sub).respond(ex)
+
+
+def test_claude_code_subagent_calls_are_routed_as_subagents(workdir):
+    """Claude Code marks its subagents' calls with x-claude-code-agent-id: the
+    ``subagent`` selector sends them to their own route."""
+    with FakeUpstream(default=DelegateOnce()) as up, \
+            running_gateway(SUBAGENT_CONFIG.format(url=up.url)) as gw:
+        run = run_claude(gw.url, "Ask a subagent to say hi", workdir=workdir)
+        check(run)
+        decisions = gw.decisions()
+    assert run.result is not None and "hi from the subagent" in run.result
+    by_rule = {d["rule"] for d in decisions}
+    assert by_rule == {"claude-code", "subagents"}, decisions
+    models = [b["model"] for b in chat_bodies(up)]
+    assert models[0] == "fake-main" and "fake-small" in models
+    assert all(d["session_id"] == decisions[0]["session_id"] for d in decisions)
 
 
 # -- Codex CLI ----------------------------------------------------------------------
