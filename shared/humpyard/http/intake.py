@@ -1,10 +1,10 @@
-"""The intake both client protocols share: one request in, one answer out.
+"""The intake every client protocol shares: one request in, one answer out.
 
-A client path (``/v1/chat/completions``, ``/v1/messages``, ``/v1/responses``) is a
-``ClientPath``:
-a plain ASGI app (no Starlette ``Request``/``Response``, which are most of a
-request's framework cost: docs/decisions/0003-performance.md) around a
-``ClientProtocol``, the part that differs between protocols (decoding the
+A client path (``/v1/chat/completions``, ``/v1/messages``, ``/v1/responses``)
+is a ``ClientPath``: a plain ASGI app (no Starlette ``Request``/``Response``,
+which are most of a request's framework cost:
+docs/decisions/0003-performance.md) around a ``ClientProtocol``, the part
+that differs between protocols (decoding the
 body to an OpenAI chat request, encoding the answer and its stream, the
 error shape). ``take`` does the rest, the same for every protocol:
 
