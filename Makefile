@@ -42,6 +42,7 @@ $(CHROMIUM):
 ## test: install what the tests need, lint, and run every test
 test: $(STAMP) $(INFRA_STAMP) $(CHROMIUM)
 	$(VENV)/bin/ruff check shared tests
+	bash tests/agents/install.sh
 	$(PY) -m pytest
 
 ## lint: ruff and mypy

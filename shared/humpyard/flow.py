@@ -1,6 +1,6 @@
 """One client request through the gateway: facts → plan → execute.
 
-Both client protocols (OpenAI chat, Anthropic messages) come here with an
+Every client protocol (OpenAI chat, Anthropic messages, Responses) comes here with an
 OpenAI chat body; ``serve`` returns a ``Served`` (buffered body or event
 stream) or raises a ``HumpyardError``. It records nothing: the intake opens
 the request's record (``recording.py``) around it.
@@ -23,6 +23,18 @@ from humpyard.records import Call, Served
 from humpyard.sessions import session_id
 
 TRUE = frozenset({"1", "true", "yes"})
+CLAUDE_CODE_AGENT = "x-claude-code-agent-id"
+"""Claude Code sends this header on its subagents' calls only (docs/routing.md)."""
+
+
+def is_subagent(headers: Mapping[str, str]) -> bool:
+    """Whether the client marked the request as a sub-agent's: ``x-humpyard-subagent``
+    (or ``x-switchyard-subagent``) when present decides; otherwise Claude Code's
+    ``x-claude-code-agent-id`` marks one."""
+    sub = headers.get("x-humpyard-subagent") or headers.get("x-switchyard-subagent")
+    if sub is not None:
+        return sub.strip().lower() in TRUE
+    return bool(headers.get(CLAUDE_CODE_AGENT, "").strip())
 
 
 def facts_for(call: Call) -> RequestFacts:
@@ -30,11 +42,10 @@ def facts_for(call: Call) -> RequestFacts:
     body = call.body
     headers = {k: v for k, v in call.headers.items() if k not in CREDENTIAL_HEADERS}
     shape = analyse_request(body)
-    sub = headers.get("x-humpyard-subagent") or headers.get("x-switchyard-subagent") or ""
     return RequestFacts(
         model=body["model"], key_id=call.key.id if call.key else None, headers=headers,
         stream=bool(body.get("stream")), tools=shape.tools, images=shape.images,
-        subagent=sub.strip().lower() in TRUE, prompt_tokens=shape.high,
+        subagent=is_subagent(headers), prompt_tokens=shape.high,
         prompt_tokens_low=shape.low,
         session_id=session_id(headers))
 

@@ -26,6 +26,7 @@ from humpyard.errors import HumpyardError, UpstreamError
 from humpyard.gateway import Gateway
 from humpyard.ledger.decision import build_decision
 from humpyard.ledger.periods import period_key
+from humpyard.metrics.translation import note_kind
 from humpyard.planning.types import Plan
 from humpyard.records import Call, Served, new_request_id
 
@@ -161,6 +162,8 @@ def _count(gw: Gateway, call: Call, decision: dict[str, Any], status: int,
     target = decision.get("target") or "-"
     m.requests.inc(route=route, target=target, status=str(status))
     m.request_duration.observe(latency_ms / 1000, route=route)
+    for note in call.notes:  # what the translation could not carry (metrics/translation.py)
+        m.translation_drops.inc(protocol=call.protocol, what=note_kind(note))
     upstream_ms = sum(a.latency_ms or 0 for a in call.attempts)
     if not call.facts or not call.facts.stream:
         m.gateway_overhead.observe(max(0.0, latency_ms - upstream_ms) / 1000)

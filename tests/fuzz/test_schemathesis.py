@@ -48,7 +48,7 @@ CONFIG = SchemathesisConfig.from_dict({
     "request-timeout": 10,
 })
 MODEL_PATHS = ("/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens",
-               "/v1/route/explain")
+               "/v1/responses", "/v1/route/explain")
 
 
 @pytest.fixture(scope="module")

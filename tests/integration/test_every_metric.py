@@ -57,6 +57,7 @@ SCENARIOS = {
     "humpyard_refused_total": "test_refusals_before_routing_are_counted_and_sampled",
     "humpyard_dynamodb_transaction_conflicts_total":
         "test_a_dynamodb_transaction_conflict_is_counted",
+    "humpyard_translation_drops_total": "test_a_translation_that_drops_fields",
 }
 
 
@@ -299,6 +300,8 @@ key_env = "OPS_KEY"
     assert m['humpyard_refused_total{reason="invalid_api_key"}'] == 5
     assert m['humpyard_refused_total{reason="not_found"}'] == 3
     assert len(recorded) == 2  # two a minute; the rest counted only
+
+
 def test_a_dynamodb_transaction_conflict_is_counted(tmp_path: Path) -> None:
     # The Lambda wiring on moto, where DynamoDB cancels the first transaction (creating an
     # override writes the override and the overrides' version in one) with a conflict.
@@ -326,3 +329,25 @@ endpoints = [{ provider = "p", model = "m" }]
         live.writer.close()
         live.store.close()
     assert m["humpyard_dynamodb_transaction_conflicts_total"] == 1
+def test_a_translation_that_drops_fields() -> None:
+    """Claude Code's cache marks and an unknown field (whose name is the client's)
+    on /v1/messages, Codex's hosted tool on /v1/responses: counted by kind, and the
+    client's field name never becomes a label value."""
+    with FakeUpstream() as up, running_gateway(providers(p=up.url) + """
+[targets.t]
+endpoints = [{ provider = "p", model = "m" }]
+""") as gw, gw.client() as c:
+        assert c.post("/v1/messages", json={
+            "model": "t", "max_tokens": 16, "messages": MSG, "cache_control":
+            {"type": "ephemeral"}, "made_up_field_1234": 1}).status_code == 200
+        assert c.post("/v1/responses", json={
+            "model": "t", "input": "hi", "tools": [
+                {"type": "function", "name": "f", "parameters": {}},
+                {"type": "web_search"}]}).status_code == 200
+        m = scrape(gw)
+    drops = {k: v for k, v in m.items() if k.startswith("humpyard_translation_drops_total")}
+    assert drops == {
+        'humpyard_translation_drops_total{protocol="anthropic",what="cache_control"}': 1,
+        'humpyard_translation_drops_total{protocol="anthropic",what="ignored_field"}': 1,
+        'humpyard_translation_drops_total{protocol="responses",what="hosted_tool"}': 1,
+    }

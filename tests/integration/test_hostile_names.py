@@ -40,7 +40,9 @@ def gw():
 
 
 def post(gw, path: str, model: str) -> httpx.Response:
-    body = {"model": model, "messages": MSG, "max_tokens": 16}
+    body: dict = {"model": model, "messages": MSG, "max_tokens": 16}
+    if path == "/v1/responses":
+        body = {"model": model, "input": "hi"}
     with httpx.Client(base_url=gw.url, timeout=30) as c:
         return c.post(path, json=body)
 
@@ -51,7 +53,7 @@ def series(text: str) -> set[str]:
             if line and not line.startswith("#")}
 
 
-@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages", "/v1/responses"])
 @pytest.mark.parametrize("model", ["auto\nx-injected: 1", "auto\r", "a\x00b", "tab\there",
                                    "del\x7f", "line\u2028sep"])
 def test_a_control_character_in_the_model_is_a_400_naming_the_field(gw, path, model):
@@ -64,7 +66,7 @@ def test_a_control_character_in_the_model_is_a_400_naming_the_field(gw, path, mo
     assert r.headers["x-humpyard-request-id"].startswith("req_")
 
 
-@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages", "/v1/responses"])
 def test_an_over_long_model_is_a_400_naming_the_limit_and_is_recorded_clipped(gw, path):
     r = post(gw, path, "m" * 5000)
     assert r.status_code == 400

@@ -123,6 +123,9 @@ def test_unknown_model_is_404(up):
     ({"model": 5, "messages": MSG}, "model"),
     ({"model": "open", "messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
     ({"model": "open", "messages": MSG, "stream": "yes"}, "stream"),
+    ({"model": "open", "messages": MSG, "stream": True,
+      "stream_options": [{"a": 1, "b": 2, "c": 3}]}, "stream_options"),
+    ({"model": "open", "messages": MSG, "stream_options": "usage"}, "stream_options"),
     ({"model": "open", "messages": MSG, "max_tokens": 10**12}, "max_tokens"),
     (b'{"model":"open","messages":[{"role":"user","content":"\xff"}]}', "UTF-8"),
 ])

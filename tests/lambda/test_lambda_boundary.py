@@ -114,3 +114,13 @@ def test_the_admin_function_answers_iam_signed_events_only(stack):
     assert invoke(admin, "/v1%2Fhealth", iam=True)["statusCode"] == 404
     # and it has no client path
     assert invoke(admin, "/v1/models", iam=True)["statusCode"] == 404
+
+
+def test_an_encoded_slash_inside_a_model_id_is_one_segment(stack):
+    gateway = load_function("gateway")
+    stack.append(gateway)
+    # the OpenAI SDK writes models.retrieve("org/name") as /v1/models/org%2Fname: the id
+    # is one segment, so the path names the models route (404 here: no such route)
+    resp = invoke(gateway, "/v1/models/org%2Fname")
+    assert resp["statusCode"] == 404 and "unknown_model" in resp["body"]
+    assert invoke(gateway, "/v1/models/auto")["statusCode"] == 200

@@ -20,8 +20,9 @@ from tests.support.gateway import running_gateway
 CI, OPS = "ci-secret-0123456789", "ops-secret-0123456789"
 ENV = {"CI": CI, "OPS": OPS}
 
-READS = ["/v1/models", "/v1/health", "/v1/decisions", "/v1/stats?group_by=key", "/v1/config",
-         "/metrics", "/v1/overrides", "/v1/overrides/audit", "/v1/quota", "/v1/quota/history"]
+READS = ["/v1/models", "/v1/models/open", "/v1/health", "/v1/decisions",
+         "/v1/stats?group_by=key", "/v1/config", "/metrics", "/v1/overrides",
+         "/v1/overrides/audit", "/v1/quota", "/v1/quota/history"]
 
 
 def config(url: str, keys: bool = True) -> str:
@@ -80,6 +81,8 @@ def test_every_surface_is_401_without_a_valid_key(gw, headers: dict[str, str]) -
         answers["DELETE /v1/overrides/{id}"] = c.delete("/v1/overrides/ov_nope")
         answers["POST /v1/messages/count_tokens"] = c.post(
             "/v1/messages/count_tokens", json={"model": "open", "messages": []})
+        answers["POST /v1/responses"] = c.post("/v1/responses",
+                                               json={"model": "open", "input": "hi"})
     assert {p: r.status_code for p, r in answers.items()} == {p: 401 for p in answers}
     for r in answers.values():  # OpenAI's error shape, or Anthropic's on /v1/messages
         assert "authentication_error" in (r.json()["error"]["type"], r.json()["error"].get("code"))

@@ -100,15 +100,18 @@ def _send_everything(url: str, key: str | None) -> list[int]:
                 c.post("/v1/chat/completions", json=chat("auto", stream=True)).status_code,
                 c.post("/v1/chat/completions", json=chat("staged")).status_code,
                 c.post("/v1/messages", json=anthropic).status_code,
-                c.post("/v1/messages", json={**anthropic, "stream": True}).status_code]
+                c.post("/v1/messages", json={**anthropic, "stream": True}).status_code,
+                c.post("/v1/responses", json={"model": "auto", "input": "hi"}).status_code,
+                c.post("/v1/responses", json={"model": "auto", "input": "hi",
+                                              "stream": True}).status_code]
 
 
 def test_upstream_gets_the_providers_key_and_no_client_header() -> None:
     with FakeUpstream() as up:
         with running_gateway(config(up.url), env=ENV) as gw:
-            assert _send_everything(gw.url, CLIENT_KEY) == [200] * 5
+            assert _send_everything(gw.url, CLIENT_KEY) == [200] * 7
         calls = [r for r in up.requests if r.path == "/v1/chat/completions"]
-    assert len(calls) >= 5
+    assert len(calls) >= 7
     for r in calls:
         assert set(r.headers) == GATEWAY_HEADERS | {"authorization"} | set(STATIC), r.headers
         assert r.headers["authorization"] == f"Bearer {PROVIDER_KEY}"
@@ -122,7 +125,7 @@ def test_upstream_gets_the_providers_key_and_no_client_header() -> None:
 def test_without_a_provider_key_no_authorization_goes_upstream_at_all() -> None:
     with FakeUpstream() as up:
         with running_gateway(config(up.url, with_key=False), env=ENV) as gw:
-            assert _send_everything(gw.url, CLIENT_KEY) == [200] * 5
+            assert _send_everything(gw.url, CLIENT_KEY) == [200] * 7
         calls = [r for r in up.requests if r.path == "/v1/chat/completions"]
     for r in calls:
         assert set(r.headers) == GATEWAY_HEADERS | set(STATIC), r.headers

@@ -355,3 +355,63 @@ def stall() -> Stall:
 def reset(hard: bool = True) -> Reset:
     """Drop the connection without answering: RST by default, FIN with ``hard=False``."""
     return Reset(hard)
+
+
+# -- an upstream coding agents can finish a turn against ----------------------------
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content
+                       if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def _offers(body: Mapping[str, Any], name: str) -> bool:
+    tools = body.get("tools")
+    return isinstance(tools, list) and any(
+        isinstance(t, dict) and isinstance(t.get("function"), dict)
+        and t["function"].get("name") == name for t in tools)
+
+
+@dataclass(frozen=True)
+class AgentTurn(Step):
+    """An OpenAI chat model as a coding agent needs one, decided by the request.
+
+    - a ``tool`` message in the conversation (the agent ran the tool): the
+      text ``"tool said: <the last one's content>"``, so the tool's output
+      visibly reached the model;
+    - else, when the request offers a function named ``tool``: a call of it
+      with ``arguments`` (streamed in fragments when the request streams);
+    - else (no tools, or side requests such as titles): ``text``.
+    """
+
+    tool: str | None = None
+    arguments: str = "{}"
+    text: str = "hello from the fake model"
+    call_id: str = "call_agent_1"
+
+    def answer_for(self, body: Mapping[str, Any]) -> Step:
+        messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+        assert isinstance(messages, list)
+        for message in reversed(messages):
+            if isinstance(message, dict) and message.get("role") == "tool":
+                return ok(f"tool said: {_text_of(message.get('content')).strip()}")
+        if self.tool is not None and _offers(body, self.tool):
+            return ToolCallAnswer(self.tool, self.arguments, self.call_id)
+        return ok(self.text)
+
+    async def respond(self, ex: Exchange) -> bool:
+        body = ex.request.json if isinstance(ex.request.json, dict) else {}
+        return await self.answer_for(body).respond(ex)
+
+
+def agent_turn(tool: str | None = None, arguments: str | Mapping[str, Any] = "{}", *,
+               text: str = "hello from the fake model") -> AgentTurn:
+    """An ``AgentTurn``: call ``tool`` with ``arguments`` when offered and not yet
+    answered, then quote its output; ``text`` otherwise. Use it as a
+    ``FakeUpstream``'s ``default`` so every request of an agent's run gets one."""
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return AgentTurn(tool, args, text)

@@ -37,6 +37,7 @@ first flush; the scheduled poller prints them on every run (docs/deploy.md,
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -292,7 +293,7 @@ def boundary(event: Mapping[str, Any], surfaces: tuple[str, ...]
     does not rest on the API's routing alone.
     """
     path = str(event.get("path") or "")
-    if "%2f" in path.lower() or "%5c" in path.lower():
+    if "%" in path and not _named(path, surfaces):
         return _refusal(HumpyardError("no such path: an encoded '/' or '\\' is not a "
                                       "separator", status=404, code="not_found"))
     if "admin" in surfaces:
@@ -300,6 +301,17 @@ def boundary(event: Mapping[str, Any], surfaces: tuple[str, ...]
         if not (identity.get("userArn") or identity.get("caller")):
             return _refusal(ForbiddenError("the admin API answers IAM-signed requests only"))
     return None
+
+
+@functools.cache
+def _remainders(surfaces: tuple[str, ...]) -> tuple[tuple[bytes, ...], ...]:
+    from humpyard.http.app import remainder_prefixes, route_table
+    return remainder_prefixes(r for s, r in route_table() if s in surfaces)
+
+
+def _named(path: str, surfaces: tuple[str, ...]) -> bool:
+    from humpyard.http.app import named_by_segments
+    return named_by_segments(path.encode("latin-1", "replace"), _remainders(surfaces))
 
 
 def _refusal(err: HumpyardError) -> tuple[dict[str, Any], HumpyardError]:

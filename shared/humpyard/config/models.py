@@ -320,6 +320,13 @@ class Ledger(_Strict):
     decision_retention_days: float = Field(default=30, gt=0)
 
 
+class Clients(_Strict):
+    """``[clients]``: what of a client's request reaches the upstream (docs/clients.md)."""
+
+    keep_billing_header: bool = False
+    forward_user: bool = False
+
+
 class Budget(_Strict):
     usd: float = Field(gt=0)
     period: Literal["day", "month"] = "day"
@@ -357,6 +364,7 @@ class RawConfig(_Strict):
     overrides: Overrides = Field(default_factory=Overrides)
     router: Router = Field(default_factory=Router)
     ledger: Ledger | None = None
+    clients: Clients = Field(default_factory=Clients)
     keys: dict[str, Key] = Field(default_factory=dict)
     quota_poll_secs: float = Field(default=60, gt=0)
     quota_stale_secs: float = Field(default=300, gt=0)

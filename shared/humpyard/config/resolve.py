@@ -18,6 +18,7 @@ from humpyard.config.names import FAILURE_CLASSES
 from humpyard.config.problems import Salvage, did_you_mean, path
 from humpyard.config.spec import (
     BudgetSpec,
+    ClientsSpec,
     Config,
     EndpointSpec,
     HealthSpec,
@@ -81,6 +82,8 @@ def resolve(raw: RawConfig, env: Mapping[str, str], *, source: str = "<memory>",
         ledger=LedgerSpec(path=raw.ledger.path,
                           decision_retention_days=raw.ledger.decision_retention_days)
         if raw.ledger else None,
+        clients=ClientsSpec(keep_billing_header=raw.clients.keep_billing_header,
+                            forward_user=raw.clients.forward_user),
         quota_poll_secs=raw.quota_poll_secs, quota_stale_secs=raw.quota_stale_secs,
         reload_poll_secs=raw.reload_poll_secs, state_refresh_ms=raw.state_refresh_ms,
         max_body_bytes=raw.max_body_bytes,

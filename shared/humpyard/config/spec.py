@@ -61,6 +61,22 @@ class LedgerSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class ClientsSpec:
+    """``[clients]``: what of a client's request reaches the upstream (docs/clients.md).
+
+    ``keep_billing_header``: keep Claude Code's per-conversation
+    ``x-anthropic-billing-header`` line at the top of the system prompt (removed by
+    default: it defeats the upstream's prefix cache). ``forward_user``: pass client
+    identifiers on (Anthropic ``metadata.user_id``, Responses ``user`` and
+    ``safety_identifier``, as OpenAI ``user``/``safety_identifier``); by default
+    they stay at the gateway.
+    """
+
+    keep_billing_header: bool = False
+    forward_user: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class BudgetSpec:
     """A key's budget: ``usd`` per ``period`` (``day`` or ``month``)."""
 
@@ -241,6 +257,7 @@ class Config:
     router: RouterSpec = field(default_factory=RouterSpec)
     overrides: OverridesSpec = field(default_factory=OverridesSpec)
     ledger: LedgerSpec | None = None
+    clients: ClientsSpec = field(default_factory=ClientsSpec)
     quota_poll_secs: float = 60
     quota_stale_secs: float = 300
     reload_poll_secs: float = 0

@@ -11,7 +11,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from humpyard.errors import HumpyardError, RequestError
+from humpyard.config.spec import RouteSpec
+from humpyard.errors import HumpyardError, RequestError, UnknownModel
 from humpyard.http.body import finite
 from humpyard.http.errors import json_response
 from humpyard.http.guard import gateway, guarded, require_key
@@ -22,17 +23,42 @@ DAY = 86400.0
 MAX_WINDOW = 3660 * DAY  # ten years: past any retention, and what a store can index
 
 
+def _model_entry(route: RouteSpec) -> dict[str, Any]:
+    return {"id": route.name, "object": "model", "created": 0, "owned_by": "humpyard",
+            "humpyard": {"type": route.type, "targets": list(route.all_targets),
+                         "implicit": route.implicit}}
+
+
 @guarded
 async def models(request: Request) -> Response:
     """``GET /v1/models``: the routes (and bare targets) the calling key may use."""
     key = require_key(request)
     gw = gateway(request)
-    data = [
-        {"id": name, "object": "model", "created": 0, "owned_by": "humpyard",
-         "humpyard": {"type": r.type, "targets": list(r.all_targets), "implicit": r.implicit}}
-        for name, r in gw.config.routes.items() if key is None or key.may_use(name)
-    ]
+    data = [_model_entry(r) for name, r in gw.config.routes.items()
+            if key is None or key.may_use(name)]
     return json_response({"object": "list", "data": data})
+
+
+@guarded
+async def model(request: Request) -> Response:
+    """``GET /v1/models/{model_id}``: one route or bare target the calling key may use;
+    404 ``unknown_model`` for any other name (one the key may not use included, so
+    a key learns nothing about routes it cannot call)."""
+    key = require_key(request)
+    gw = gateway(request)
+    name = request.path_params["model_id"]
+    route = gw.config.routes.get(name)
+    if route is None or (key is not None and not key.may_use(name)):
+        shown = name if len(name) <= 80 and name.isprintable() else "the requested model"
+        raise UnknownModel(f"no such model: {shown!r} is not a route or target this key "
+                           "may use (GET /v1/models lists them)")
+    return json_response(_model_entry(route))
+
+
+async def root(request: Request) -> Response:
+    """``HEAD /`` (Claude Code's preflight) and ``GET /``: the gateway is up. No key
+    needed, nothing from the configuration shown."""
+    return json_response({"object": "humpyard", "status": "ok"})
 
 
 def _flush(writer: BackgroundWriter | InlineWriter) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import random
 import re
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Collection, Iterable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,7 @@ from humpyard.http.chat import OPENAI_CHAT
 from humpyard.http.errors import error_response
 from humpyard.http.intake import ClientPath
 from humpyard.http.messages import ANTHROPIC_MESSAGES
+from humpyard.http.responses import RESPONSES
 from humpyard.recording import record_refusal
 from humpyard.store import Store
 
@@ -54,7 +55,10 @@ def route_table() -> list[tuple[str, Route]]:
         (CLIENT, Route("/v1/chat/completions", ClientPath(OPENAI_CHAT), methods=["POST"])),
         (CLIENT, Route("/v1/messages", ClientPath(ANTHROPIC_MESSAGES), methods=["POST"])),
         (CLIENT, Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"])),
+        (CLIENT, Route("/v1/responses", ClientPath(RESPONSES), methods=["POST"])),
         (CLIENT, Route("/v1/models", admin.models, methods=["GET"])),
+        (CLIENT, Route("/v1/models/{model_id:path}", admin.model, methods=["GET"])),
+        (CLIENT, Route("/", admin.root, methods=["HEAD", "GET"])),  # clients' preflight
         (CLIENT, Route("/v1/route/explain", explain.explain_route, methods=["POST"])),
         # -- admin API ----------------------------------------------------------------
         (ADMIN, Route("/v1/health", admin.health, methods=["GET"])),
@@ -135,8 +139,10 @@ class GatewayApp(Starlette):
     A ``POST`` to a path served by a plain-ASGI ``ClientPath`` goes straight to it
     (a client path answers every error itself, so the error middleware has
     nothing to add); everything else, including other methods on those paths,
-    is Starlette's. A path whose raw form holds an encoded ``/`` or ``\\`` is
-    matched by nothing (a 404), never by what it decodes to.
+    is Starlette's. Paths are matched after exactly one decode, segment by
+    segment (``named_by_segments``): an encoded ``/`` inside a segment is not a
+    separator, so ``/v1%2Fhealth`` names nothing (a 404), while a model id such
+    as ``org%2Fname`` in ``/v1/models/{id}`` is that one segment.
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -144,13 +150,12 @@ class GatewayApp(Starlette):
         self._fast: dict[str, ClientPath] = {
             r.path: r.endpoint for r in self.routes
             if isinstance(r, Route) and isinstance(r.endpoint, ClientPath)}
+        self._remainders = remainder_prefixes(r for r in self.routes if isinstance(r, Route))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             raw = scope.get("raw_path")
-            if raw and b"%" in raw and _ENCODED_SEPARATOR.search(raw):
-                # A %2F inside a segment is not a separator: the path names nothing here,
-                # whatever it decodes to (so no spelling of an admin path reaches one).
+            if raw and b"%" in raw and not named_by_segments(raw, self._remainders):
                 scope["path"] = "/\x00"  # matches no route: humpyard's JSON 404
             elif scope["method"] == "POST" and not scope.get("root_path"):
                 endpoint = self._fast.get(scope["path"])
@@ -161,3 +166,30 @@ class GatewayApp(Starlette):
 
 
 _ENCODED_SEPARATOR = re.compile(rb"%(2f|5c)", re.IGNORECASE)
+
+
+def remainder_prefixes(routes: Iterable[Route]) -> tuple[tuple[bytes, ...], ...]:
+    """The fixed leading segments of every route whose last parameter takes the rest
+    of the path (``{name:path}``): ``/v1/models/{model_id:path}`` → ``(b"v1", b"models")``."""
+    out = []
+    for r in routes:
+        segments = r.path.strip("/").split("/")
+        if segments and segments[-1].endswith(":path}") and not any(
+                "{" in seg for seg in segments[:-1]):
+            out.append(tuple(seg.encode() for seg in segments[:-1]))
+    return tuple(out)
+
+
+def named_by_segments(raw: bytes, remainders: tuple[tuple[bytes, ...], ...]) -> bool:
+    """Whether the raw path ``raw`` can name a route when segments are decoded once:
+    an encoded ``/`` or ``\\`` may only sit in the one segment a remainder parameter
+    takes (after its route's fixed segments, themselves written plainly)."""
+    if not _ENCODED_SEPARATOR.search(raw):
+        return True
+    segments = raw.lstrip(b"/").split(b"/")
+    for prefix in remainders:
+        n = len(prefix)
+        if (len(segments) == n + 1 and tuple(segments[:n]) == prefix
+                and not _ENCODED_SEPARATOR.search(b"/".join(segments[:n]))):
+            return True
+    return False

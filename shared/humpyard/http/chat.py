@@ -12,6 +12,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+from humpyard.config.spec import Config
 from humpyard.errors import HumpyardError
 from humpyard.http.errors import json_reply
 from humpyard.http.intake import ClientProtocol, Headers
@@ -25,17 +26,18 @@ log = logging.getLogger("humpyard.http")
 BROKEN = "the upstream stream broke after the answer started; it is incomplete"
 
 
-def _decode(body: Any) -> tuple[dict[str, Any], list[str]]:
-    return body, []
+def _decode(body: Any, config: Config) -> tuple[dict[str, Any], list[str], None]:
+    return body, [], None
 
 
-def _answer(call: Call, served: Served, headers: Headers) -> Reply:
+def _answer(call: Call, context: None, served: Served, headers: Headers) -> Reply:
     if served.body_bytes is not None:
         return Reply(200, headers, served.body_bytes)
     return json_reply(served.body, 200, headers)
 
 
-async def _stream(call: Call, events: AsyncIterator[list[SSEEvent]]) -> AsyncIterator[bytes]:
+async def _stream(call: Call, context: None,
+                  events: AsyncIterator[list[SSEEvent]]) -> AsyncIterator[bytes]:
     """The upstream events as they came. A failure after the first content cannot
     fail over: the stream ends with an OpenAI-style error event instead."""
     try:

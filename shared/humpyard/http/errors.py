@@ -16,6 +16,7 @@ from starlette.responses import Response
 from humpyard.errors import HumpyardError
 from humpyard.http.reply import Reply
 from humpyard.protocols.anthropic import error_body as anthropic_error_body
+from humpyard.protocols.responses import error_body as responses_error_body
 
 log = logging.getLogger("humpyard.http")
 
@@ -30,12 +31,15 @@ def json_reply(data: object, status: int = 200, headers: dict[str, str] | None =
 
 def error_reply(err: HumpyardError, *, shape: str = "openai",
                 headers: dict[str, str] | None = None) -> Reply:
-    """``err`` with its status, as an OpenAI (``shape="openai"``) or Anthropic
-    (``"anthropic"``) error body."""
+    """``err`` with its status, as an OpenAI (``shape="openai"``), Anthropic
+    (``"anthropic"``) or Responses API (``"responses"``: OpenAI's envelope with
+    ``param``, the type following the status) error body."""
     if err.retry_after is not None and err.retry_after > 0:
         headers = {**(headers or {}), "retry-after": str(max(1, math.ceil(err.retry_after)))}
     if shape == "anthropic":
         body = anthropic_error_body(err.status, err.message)
+    elif shape == "responses":
+        body = responses_error_body(err.status, err.message, code=err.code)
     else:
         body = {"error": {"message": err.message, "type": err.type, "code": err.code}}
     return json_reply(body, err.status, headers)

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from humpyard.errors import RequestError
+from humpyard.flow import is_subagent
 from humpyard.http.body import read_json
 from humpyard.http.errors import json_response
 from humpyard.http.guard import gateway, guarded, require_key
@@ -45,9 +46,11 @@ def facts_from(body: Any, key_id: str | None) -> RequestFacts:
     if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool)
                                or tokens < 0):
         raise RequestError("prompt_tokens: must be a non-negative integer")
+    # Without a "subagent" field the headers decide, as on a real request.
+    subagent = body["subagent"] if "subagent" in body else is_subagent(lowered)
     return RequestFacts(model=model, key_id=key_id, headers=lowered,
                         stream=body.get("stream", False), tools=body.get("tools", False),
-                        images=body.get("images", False), subagent=body.get("subagent", False),
+                        images=body.get("images", False), subagent=subagent,
                         prompt_tokens=tokens, prompt_tokens_low=tokens,
                         session_id=session_id(lowered))
 

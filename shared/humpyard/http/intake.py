@@ -1,9 +1,10 @@
-"""The intake both client protocols share: one request in, one answer out.
+"""The intake every client protocol shares: one request in, one answer out.
 
-A client path (``/v1/chat/completions``, ``/v1/messages``) is a ``ClientPath``:
-a plain ASGI app (no Starlette ``Request``/``Response``, which are most of a
-request's framework cost: docs/decisions/0003-performance.md) around a
-``ClientProtocol``, the part that differs between protocols (decoding the
+A client path (``/v1/chat/completions``, ``/v1/messages``, ``/v1/responses``)
+is a ``ClientPath``: a plain ASGI app (no Starlette ``Request``/``Response``,
+which are most of a request's framework cost:
+docs/decisions/0003-performance.md) around a ``ClientProtocol``, the part
+that differs between protocols (decoding the
 body to an OpenAI chat request, encoding the answer and its stream, the
 error shape). ``take`` does the rest, the same for every protocol:
 
@@ -24,6 +25,7 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
+from humpyard.config.spec import Config
 from humpyard.errors import HumpyardError
 from humpyard.flow import serve
 from humpyard.gateway import Gateway
@@ -46,19 +48,23 @@ class ClientProtocol:
     """What one client protocol brings to the intake.
 
     - ``name``: recorded as the decision's ``protocol``;
-    - ``decode(body) -> (chat_body, notes)``: the request as an OpenAI chat
-      body, and notes on what could not be carried (``RequestError`` if malformed);
-    - ``answer(call, served, headers) -> Reply``: a buffered answer;
-    - ``stream(call, events) -> bytes``: the upstream's event batches, encoded;
-      a failure after the first content ends the stream with the protocol's
-      own error event (the record learns of it underneath);
-    - ``errors``: the error body shape, ``"openai"`` or ``"anthropic"``.
+    - ``decode(body, config) -> (chat_body, notes, context)``: the request as an
+      OpenAI chat body, notes on what could not be carried (``RequestError`` if
+      malformed; ``config.clients`` says what client fields may pass), and
+      whatever the answer needs from the original request (or None);
+    - ``answer(call, context, served, headers) -> Reply``: a buffered answer;
+    - ``stream(call, context, events) -> bytes``: the upstream's event batches,
+      encoded; a failure after the first content ends the stream with the
+      protocol's own error event (the record learns of it underneath); notes
+      the encoding adds go to ``call.notes``;
+    - ``errors``: the error body shape, ``"openai"``, ``"anthropic"`` or
+      ``"responses"`` (``http/errors.error_reply``).
     """
 
     name: str
-    decode: Callable[[Any], tuple[dict[str, Any], list[str]]]
-    answer: Callable[[Call, Served, Headers], Reply]
-    stream: Callable[[Call, AsyncIterator[list[SSEEvent]]], AsyncIterator[bytes]]
+    decode: Callable[[Any, Config], tuple[dict[str, Any], list[str], Any]]
+    answer: Callable[[Call, Any, Served, Headers], Reply]
+    stream: Callable[[Call, Any, AsyncIterator[list[SSEEvent]]], AsyncIterator[bytes]]
     errors: str = "openai"
 
 
@@ -93,7 +99,7 @@ async def take(gw: Gateway, protocol: ClientProtocol, scope: Scope, receive: Rec
                                       call.config.max_body_bytes)
             if isinstance(body, dict):
                 call.body = body  # what the record shows if decoding fails
-            chat_body, call.notes = protocol.decode(body)
+            chat_body, call.notes, context = protocol.decode(body, call.config)
             call.body = validate_chat(chat_body)
             served = await serve(gw, call)
             headers = route_headers(call, served)
@@ -102,12 +108,12 @@ async def take(gw: Gateway, protocol: ClientProtocol, scope: Scope, receive: Rec
                 rec.replying = True
                 try:
                     return await send_stream(send, receive, headers,
-                                             protocol.stream(call, events),
+                                             protocol.stream(call, context, events),
                                              call.config.stream_heartbeat_secs)
                 finally:  # however the stream ended: the upstream released, the record told
                     await events.aclose()
             rec.answered(served)
-            reply = protocol.answer(call, served, headers)
+            reply = protocol.answer(call, context, served, headers)
             if gw.record_before_reply:  # the instance may freeze once the answer is out
                 rec.close(status=200)
             rec.replying = True

@@ -16,6 +16,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from humpyard.config.spec import Config
 from humpyard.errors import HumpyardError
 from humpyard.http.body import lower_headers, read_json
 from humpyard.http.errors import error_response, internal_error, json_reply, json_response
@@ -41,14 +42,21 @@ def _message_id(call: Call) -> str:
     return "msg_" + call.request_id[4:]
 
 
-def _answer(call: Call, served: Served, headers: Headers) -> Reply:
+def _decode(body: Any, config: Config) -> tuple[dict[str, Any], list[str], None]:
+    chat, notes = decode_request(body, keep_billing_header=config.clients.keep_billing_header,
+                                 forward_user=config.clients.forward_user)
+    return chat, notes, None
+
+
+def _answer(call: Call, context: None, served: Served, headers: Headers) -> Reply:
     assert served.body is not None
     answer = encode_response(served.body, model=call.body["model"], stop_sequences=_stops(call),
                              message_id=_message_id(call))
     return json_reply(answer, 200, headers)
 
 
-async def _stream(call: Call, events: AsyncIterator[list[SSEEvent]]) -> AsyncIterator[bytes]:
+async def _stream(call: Call, context: None,
+                  events: AsyncIterator[list[SSEEvent]]) -> AsyncIterator[bytes]:
     """Upstream SSE → Anthropic events.
 
     An upstream error event, or a stream that breaks, after the first content
@@ -83,7 +91,7 @@ async def _stream(call: Call, events: AsyncIterator[list[SSEEvent]]) -> AsyncIte
     yield b"".join(encode_event(name, data) for name, data in translator.finish())
 
 
-ANTHROPIC_MESSAGES = ClientProtocol(name="anthropic", decode=decode_request, answer=_answer,
+ANTHROPIC_MESSAGES = ClientProtocol(name="anthropic", decode=_decode, answer=_answer,
                                     stream=_stream, errors="anthropic")
 
 
@@ -95,7 +103,7 @@ async def count_tokens(request: Request) -> Response:
         body: Any = await read_json(request, gw.config.max_body_bytes)
         if isinstance(body, dict):
             body = {"max_tokens": 1, **body}
-        openai_body, _ = decode_request(body)
+        openai_body, _, _ = _decode(body, gw.config)
         high, _low = estimate_prompt_tokens(openai_body)
     except HumpyardError as e:
         return error_response(e, shape="anthropic")

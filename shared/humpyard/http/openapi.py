@@ -9,13 +9,15 @@ app serves. The document holds no configuration (no route names, no keys),
 so it is served without a key.
 
 Answers are described as the code produces them: OpenAI's error body on every
-path except ``/v1/messages*`` (Anthropic's), the upstream's last error passed
-through as ``4XX``/``5XX`` on the client paths, and a stream as
+path except ``/v1/messages*`` (Anthropic's; ``/v1/responses`` adds ``param``),
+the upstream's last error passed through as ``4XX``/``5XX`` on the client
+paths, and a stream as
 ``text/event-stream``. ``tests/fuzz`` checks the app against this document.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from starlette.requests import Request
@@ -25,7 +27,7 @@ from starlette.routing import BaseRoute, Route
 from humpyard import __version__
 from humpyard.http.errors import json_response
 from humpyard.overrides import KINDS
-from humpyard.protocols import anthropic, openai
+from humpyard.protocols import anthropic, openai, responses_request
 
 Schema = dict[str, Any]
 
@@ -112,6 +114,24 @@ MESSAGES_FIELDS: dict[str, Schema] = {
 }
 MESSAGES_REQUEST = obj(MESSAGES_FIELDS, "model", "max_tokens", "messages")
 COUNT_TOKENS_REQUEST = obj(MESSAGES_FIELDS, "model", "messages")
+RESPONSES_ITEM = obj({"type": STR, "role": {"enum": list(responses_request.ROLES)},
+                      "content": {"type": ["string", "array"]}, "call_id": STR, "name": STR,
+                      "arguments": STR, "output": {"type": ["string", "array"]}})
+RESPONSES_REQUEST = obj({
+    "model": NONEMPTY,
+    "input": {"anyOf": [STR, arr(RESPONSES_ITEM, minItems=1)]},
+    "instructions": STR, "stream": BOOL, "store": {"const": False},
+    "tools": arr(obj({"type": STR, "name": STR, "parameters": ANY_OBJECT}, "type")),
+    "tool_choice": {"type": ["string", "object"]}, "parallel_tool_calls": BOOL,
+    "max_output_tokens": {"type": "integer", "minimum": 1,
+                          "maximum": responses_request.MAX_OUTPUT_TOKENS_LIMIT},
+    "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+    "top_p": {"type": "number", "minimum": 0, "maximum": 1},
+    "reasoning": obj({"effort": {"enum": list(responses_request.REASONING_EFFORTS)},
+                      "summary": OPT_STR}),
+    "metadata": {"type": "object", "additionalProperties": STR},
+    "include": arr(STR), "user": STR, "prompt_cache_key": STR,
+}, "model", "input")
 EXPLAIN_REQUEST = obj({
     "model": NONEMPTY, "headers": {"type": "object", "additionalProperties": STR},
     "subagent": BOOL, "stream": BOOL, "tools": BOOL, "images": BOOL,
@@ -133,6 +153,11 @@ SCHEMAS: dict[str, Schema] = {
                           "type", "error"),
     "ChatCompletion": obj({"id": STR, "object": STR, "model": STR,
                            "choices": arr(ANY_OBJECT), "usage": ANY_OBJECT}, "choices"),
+    "Response": obj({"id": STR, "object": {"const": "response"}, "status": STR,
+                     "model": STR, "output": arr(ANY_OBJECT), "usage": ANY_OBJECT},
+                    "id", "object", "status", "output"),
+    "Model": obj({"id": STR, "object": {"const": "model"}, "created": INT, "owned_by": STR},
+                 "id", "object"),
     "Message": obj({"id": STR, "type": {"const": "message"}, "role": {"const": "assistant"},
                     "model": STR, "content": arr(ANY_OBJECT), "stop_reason": OPT_STR,
                     "usage": ANY_OBJECT}, "id", "type", "role", "content"),
@@ -199,6 +224,20 @@ def _client_ops() -> dict[tuple[str, str], Schema]:
             request=MESSAGES_REQUEST, responses={
                 "200": {"description": "the message, or its stream", "content": message},
                 **errors(*CLIENT_ERRORS, anthropic_shape=True)}),
+        ("POST", "/v1/responses"): op(
+            "OpenAI Responses API, translated to the upstream and back; stateless "
+            "(store: true and previous_response_id are refused)", tag="client",
+            request=RESPONSES_REQUEST, responses={
+                "200": {"description": "the response, or its event stream",
+                        "content": {"application/json": {"schema": ref("Response")}, **SSE}},
+                **errors(*CLIENT_ERRORS)}),
+        ("GET", "/v1/models/{model_id}"): op(
+            "One route or bare target the calling key may use (404 for any other)",
+            tag="client", params=[path_param("model_id")], responses={
+                "200": answer(ref("Model"), "the model"), **errors(*ADMIN_ERRORS)}),
+        ("GET", "/"): op("The gateway is up (HEAD / too: Claude Code's preflight); no key",
+                         tag="client", responses={
+            "200": answer(obj({"object": STR, "status": STR}, "status"), "up")}),
         ("POST", "/v1/messages/count_tokens"): op(
             "Estimate a Messages request's input tokens (no upstream call)", tag="client",
             request=COUNT_TOKENS_REQUEST, responses={
@@ -292,6 +331,9 @@ def _admin_ops() -> dict[tuple[str, str], Schema]:
 OPERATIONS: dict[tuple[str, str], Schema] = {**_client_ops(), **_admin_ops()}
 
 
+_CONVERTER = re.compile(r"\{(\w+):\w+\}")
+
+
 def _generic(route: Route) -> Schema:
     doc = (route.endpoint.__doc__ or route.name or route.path).strip().splitlines()[0]
     return op(doc, {"default": {"description": "see the gateway's documentation"}},
@@ -307,8 +349,9 @@ def openapi_document(routes: list[BaseRoute]) -> Schema:
         for method in sorted(route.methods or ()):
             if method == "HEAD":
                 continue
-            spec = OPERATIONS.get((method, route.path)) or _generic(route)
-            paths.setdefault(route.path, {})[method.lower()] = spec
+            path = _CONVERTER.sub(r"{\1}", route.path)  # {id:path} is {id} in OpenAPI
+            spec = OPERATIONS.get((method, path)) or _generic(route)
+            paths.setdefault(path, {})[method.lower()] = spec
     return {
         "openapi": "3.1.0",
         "info": {"title": "humpyard", "version": __version__,

@@ -13,6 +13,7 @@ from typing import Any
 from humpyard.errors import HumpyardError, PlanRefused, UpstreamError
 from humpyard.protocols.openai import MAX_MODEL_CHARS
 from humpyard.records import Call, Served
+from humpyard.sessions import session_id
 
 
 def _outcome(status: int, error: HumpyardError | None, stream_error: str | None) -> str:
@@ -49,7 +50,9 @@ def build_decision(call: Call, *, status: int, served: Served | None,
     """The ledger's record of ``call``.
 
     ``route`` is a configured route or None (an unknown model is in ``model``
-    only), so stats and metrics group by configuration names alone."""
+    only), so stats and metrics group by configuration names alone. A request
+    refused before planning (a body that did not decode) has no facts: its
+    session id comes from the headers and its stream flag from the body as sent."""
     plan = call.plan
     route = plan.route if plan and plan.route in call.config.routes else None
     facts = call.facts
@@ -65,8 +68,8 @@ def build_decision(call: Call, *, status: int, served: Served | None,
         "protocol": call.protocol,
         "model": _asked_model(call.body),
         "key_id": call.key.id if call.key else None,
-        "session_id": facts.session_id if facts else None,
-        "stream": bool(facts.stream) if facts else False,
+        "session_id": facts.session_id if facts else session_id(call.headers),
+        "stream": bool(facts.stream) if facts else call.body.get("stream") is True,
         "route": route,
         "route_type": plan.route_type if plan else None,
         "rule": plan.rule if plan else None,

@@ -72,6 +72,10 @@ class GatewayMetrics:
       counter: calls that got no slot within ``[router] slot_wait_secs``.
     - ``transaction_conflicts`` → ``humpyard_dynamodb_transaction_conflicts_total`` counter:
       DynamoDB transactions cancelled by a conflict (and retried); docs/decisions/0002.
+    - ``translation_drops`` → ``humpyard_translation_drops_total{protocol,what}``
+      counter: translation notes (what a client protocol's translation could not
+      carry as sent); protocol is the client's (``openai``, ``anthropic``,
+      ``responses``), what one of ``metrics.translation.KINDS``.
 
     Declaring the set twice over one registry returns the same metric objects.
     """
@@ -156,6 +160,10 @@ class GatewayMetrics:
         self.transaction_conflicts: Counter = m.counter(
             "humpyard_dynamodb_transaction_conflicts_total", "DynamoDB transactions "
             "cancelled by a conflict (retried).")
+        self.translation_drops: Counter = m.counter(
+            "humpyard_translation_drops_total", "Fields a client protocol's translation "
+            "could not carry as sent (each is a note in the request's decision), by what.",
+            ("protocol", "what"))
 
     def names(self) -> frozenset[str]:
         """The metric names this set declares."""
@@ -168,4 +176,4 @@ class GatewayMetrics:
             self.ledger_queue_depth, self.ledger_lag, self.ledger_batch_size,
             self.ledger_write_seconds, self.ledger_lost, self.transaction_conflicts,
             self.upstream_in_flight, self.upstream_waiting, self.upstream_slot_timeouts,
-            self.refused))
+            self.refused, self.translation_drops))

@@ -123,6 +123,8 @@ def test_gateway_metrics_names_labels_and_kinds() -> None:
         "transaction_conflicts": ("humpyard_dynamodb_transaction_conflicts_total", Counter,
                                   ()),
         "refused": ("humpyard_refused_total", Counter, ("reason",)),
+        "translation_drops": ("humpyard_translation_drops_total", Counter,
+                              ("protocol", "what")),
     }
     for attr, (name, kind, labels) in expected.items():
         metric = getattr(gm, attr)
