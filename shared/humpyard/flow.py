@@ -19,7 +19,7 @@ from humpyard.ledger.periods import seconds_left
 from humpyard.planning.estimate import analyse_request
 from humpyard.planning.plan import plan as make_plan
 from humpyard.planning.types import RequestFacts
-from humpyard.records import Call, Served
+from humpyard.records import Call, Native, Served
 from humpyard.sessions import session_id
 
 TRUE = frozenset({"1", "true", "yes"})
@@ -54,14 +54,15 @@ async def serve(gw: Gateway, call: Call) -> Served:
         # Seeded routes draw from their own source in route_rngs (the planner keeps it).
         call.plan = make_plan(facts, snapshot, call.config, call.ts, gw.rng, policy=gw.policy,
                               route_rngs=gw.route_rngs)
+        native = _native(call)
         if call.plan.tiers:
             served = await run_tiered(gw.tiered, gw.executor, call.plan, call.config, call.body,
                                       facts.headers, facts.session_id, stream=facts.stream,
-                                      wanted_usage=_wants_usage(call.body))
+                                      wanted_usage=_wants_usage(call.body), native=native)
         else:
             served = await gw.executor.run(call.plan, call.config, call.body,
                                            stream=facts.stream,
-                                           wanted_usage=_wants_usage(call.body))
+                                           wanted_usage=_wants_usage(call.body), native=native)
     except HumpyardError as e:
         if isinstance(e, BudgetExhausted) and call.key and call.key.budget:
             e.retry_after = seconds_left(call.key.budget.period, call.ts)
@@ -69,7 +70,19 @@ async def serve(gw: Gateway, call: Call) -> Served:
         call.attempts = getattr(e, "attempts", call.attempts)
         raise
     call.attempts = served.attempts
+    call.native = served.native
     return served
+
+
+NATIVE_PROTOCOLS = frozenset({"anthropic"})
+"""Client protocols an upstream may speak too, so the client's body can go through."""
+
+
+def _native(call: Call) -> Native | None:
+    """The client's own request, for an upstream speaking its protocol (docs/clients.md)."""
+    if call.protocol in NATIVE_PROTOCOLS and isinstance(call.original, dict):
+        return Native(call.protocol, call.original, call.headers)
+    return None
 
 
 def _wants_usage(body: Mapping[str, Any]) -> bool:

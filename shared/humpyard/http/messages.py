@@ -4,6 +4,8 @@ The request is decoded into an OpenAI chat body, routed and served exactly
 like ``/v1/chat/completions`` (``ANTHROPIC_MESSAGES`` is what the intake,
 ``http/intake.py``, needs), and the answer, or the stream event by event, is
 encoded back into Anthropic's shapes. Errors use Anthropic's error body.
+An Anthropic-native upstream got the client's own body (``Served.native``):
+its answer goes back as it came, body bytes and events untouched.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ def _message_id(call: Call) -> str:
 
 
 def _answer(call: Call, served: Served, headers: Headers) -> Reply:
+    if served.native == "anthropic" and served.body_bytes is not None:
+        return Reply(200, headers, served.body_bytes)
     assert served.body is not None
     answer = encode_response(served.body, model=call.body["model"], stop_sequences=_stops(call),
                              message_id=_message_id(call))
@@ -56,6 +60,10 @@ async def _stream(call: Call, events: AsyncIterator[list[SSEEvent]]) -> AsyncIte
     Anthropic's ``error`` event instead of ``message_stop``, so the client
     knows the answer is incomplete.
     """
+    if call.native == "anthropic":
+        async for chunk in _relay(events):
+            yield chunk
+        return
     translator = StreamTranslator(call.body["model"], _message_id(call), _stops(call))
     failure: str | None = None
     try:
@@ -81,6 +89,20 @@ async def _stream(call: Call, events: AsyncIterator[list[SSEEvent]]) -> AsyncIte
         yield encode_event("error", error_body(502, failure))
         return
     yield b"".join(encode_event(name, data) for name, data in translator.finish())
+
+
+async def _relay(events: AsyncIterator[list[SSEEvent]]) -> AsyncIterator[bytes]:
+    """An Anthropic upstream's events as they came (one write per upstream read);
+    a failure after the first content ends the stream with an ``error`` event."""
+    try:
+        async for batch in events:
+            yield batch[0].wire if len(batch) == 1 else b"".join(ev.wire for ev in batch)
+    except HumpyardError as e:
+        yield encode_event("error", error_body(502, e.message))
+    except Exception as e:  # noqa: BLE001 - a transport failure mid-stream
+        log.warning("anthropic stream broke after content: %s", type(e).__name__)
+        yield encode_event("error", error_body(
+            502, "the upstream stream broke after the answer started; it is incomplete"))
 
 
 ANTHROPIC_MESSAGES = ClientProtocol(name="anthropic", decode=decode_request, answer=_answer,
