@@ -24,7 +24,7 @@ from typing import Any
 
 from humpyard.errors import HumpyardError, UpstreamError
 from humpyard.gateway import Gateway
-from humpyard.ledger.decision import build_decision
+from humpyard.ledger.decision import build_decision, token_counts
 from humpyard.ledger.periods import period_key
 from humpyard.planning.types import Plan
 from humpyard.records import Call, Served, new_request_id
@@ -136,11 +136,9 @@ def _write(gw: Gateway, call: Call, status: int, served: Served | None,
         if not gw.refusals.allow(gw.clock.monotonic()):
             return
     latency_ms = ((call.answered or time.perf_counter()) - call.started) * 1000
-    usage = dict(served.usage) if served else {}
     cost = 0.0
-    if served is not None and usage:
-        cost = served.endpoint.cost_usd(int(usage.get("prompt_tokens", 0) or 0),
-                                        int(usage.get("completion_tokens", 0) or 0))
+    if served is not None and served.usage and served.endpoint.priced:
+        cost = served.endpoint.cost_usd(*token_counts(served.usage))
     decision = build_decision(call, status=status, served=served, error=error,
                               stream_error=stream_error, latency_ms=latency_ms, cost_usd=cost)
     gw.writer.submit_decision(decision)

@@ -51,6 +51,12 @@ def _usage_of(obj: dict, into: dict[str, int]) -> None:
     if isinstance(u, dict):
         into.clear()
         into.update({k: v for k, v in u.items() if isinstance(v, int)})
+        details = u.get("prompt_tokens_details")
+        if isinstance(details, dict):  # cache counts, flattened (ledger/decision.py)
+            for theirs, ours in (("cached_tokens", "cache_read_input_tokens"),
+                                 ("cache_write_tokens", "cache_creation_input_tokens")):
+                if isinstance(details.get(theirs), int):
+                    into.setdefault(ours, details[theirs])
 
 
 async def hold_back(resp: UpstreamResponse, wanted_usage: bool = True,
