@@ -185,6 +185,25 @@ def test_a_messages_body_reaches_an_anthropic_upstream_with_only_the_model_repla
     assert not any("cache_control" in n or "billing" in n for n in d["notes"]), d["notes"]
 
 
+def test_stats_show_cache_hits_and_their_price(gw, ups):
+    claude, _ = ups
+    usage = {"input_tokens": 100, "output_tokens": 10, "cache_read_input_tokens": 900}
+    claude.script(message("a", usage=usage), message("b", usage=usage))
+    with claude_sdk(gw) as client:
+        client.messages.create(model="r", max_tokens=8, messages=HELLO)
+        with client.messages.stream(model="r", max_tokens=8, messages=HELLO) as stream:
+            stream.get_final_message()
+    decisions(gw, 2)
+    with gw.client() as c:
+        groups = {g["key"]: g for g in c.get("/v1/stats", params={
+            "group_by": "target"}).json()["groups"]}
+    sonnet = groups["sonnet"]
+    assert (sonnet["input_tokens"], sonnet["cache_read_tokens"],
+            sonnet["cache_write_tokens"]) == (2000, 1800, 0)
+    assert sonnet["cache_hit_ratio"] == 0.9
+    assert sonnet["cost_usd"] == pytest.approx(2 * (100 * 3 + 900 * 0.3 + 10 * 15) / 1e6)
+
+
 def test_a_streamed_messages_answer_is_relayed_event_for_event(gw, ups):
     claude, _ = ups
     claude.script(message(thinking("Think."), "Let me look.",
