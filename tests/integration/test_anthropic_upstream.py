@@ -19,8 +19,10 @@ import openai
 import pytest
 
 from tests.support.anthropic_steps import (
+    COUNT,
     MESSAGES,
     bodies,
+    count,
     error,
     message,
     stream_error,
@@ -604,3 +606,49 @@ def test_an_anthropic_client_reaches_an_openai_upstream_as_before(ups):
                                      messages=HELLO)
     assert msg.content[0].type == "tool_use"
     assert claude.requests == []
+
+
+# -- count_tokens ----------------------------------------------------------------------------
+
+
+def test_count_tokens_goes_to_the_anthropic_upstream_that_would_serve(gw, ups):
+    claude, oa = ups
+    claude.script(count(1234))
+    with claude_sdk(gw) as client:
+        raw = client.messages.with_raw_response.count_tokens(
+            model="r", system=[{"type": "text", "text": "sys",
+                                "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+            tools=[WEATHER], messages=HELLO, thinking={"type": "enabled", "budget_tokens": 2000},
+            extra_headers={"anthropic-beta": "token-counting-2024-11-01"})
+    assert raw.parse().input_tokens == 1234
+    assert raw.headers["x-humpyard-token-count"] == "upstream"
+    [req] = claude.requests_to(COUNT)
+    assert req.json == {**sent_body(raw), "model": "claude-sonnet-4-5"}
+    assert req.headers["x-api-key"] == KEY and "authorization" not in req.headers
+    assert req.headers["anthropic-beta"] == "token-counting-2024-11-01"
+    assert claude.requests_to(MESSAGES) == [] and oa.requests == []
+
+
+def test_count_tokens_falls_back_to_the_estimate_when_the_upstream_fails(ups):
+    claude, oa = ups
+    claude.script(error(500, "api_error", "Internal"))
+    text = config(claude.url, oa.url).replace("failure_threshold = 0", "failure_threshold = 1")
+    with running_gateway(text, env=ENV) as gw, claude_sdk(gw) as client:
+        raw = client.messages.with_raw_response.count_tokens(model="r", messages=HELLO)
+        estimate = raw.parse().input_tokens
+        assert raw.headers["x-humpyard-token-count"] == "estimate"
+        assert estimate > 0
+        # the failed count did not cool the endpoint: a real request still goes there
+        assert client.messages.create(model="r", max_tokens=8,
+                                      messages=HELLO).content[0].text == "hello"
+    assert len(claude.requests_to(COUNT)) == 1
+
+
+def test_count_tokens_is_estimated_for_an_openai_target_or_an_unknown_model(gw, ups):
+    claude, oa = ups
+    with claude_sdk(gw) as client:
+        for model in ("backup", "no-such-route"):
+            raw = client.messages.with_raw_response.count_tokens(model=model, messages=HELLO)
+            assert raw.headers["x-humpyard-token-count"] == "estimate"
+            assert raw.parse().input_tokens > 0
+    assert claude.requests == [] and oa.requests == []

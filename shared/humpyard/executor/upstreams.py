@@ -11,7 +11,9 @@ Every provider speaks one protocol (``[providers.<name>] protocol``, default
 - ``read``: a buffered 200 answer → the ``Served`` body, its bytes when they
   can go to the client as they are, and its usage (OpenAI-shaped);
 - ``hold_back``: a streamed 200 → the held events and the rest (``stream.py``);
-- ``classify``: an error answer → its failure class (``upstream/classify.py``).
+- ``classify``: an error answer → its failure class (``upstream/classify.py``);
+- ``count_path`` and ``prepare_count``: where and how the provider counts a
+  prompt's tokens itself (None when it cannot: ``executor/count.py``).
 
 ``OpenAIUpstream`` sends the gateway's own chat body with the endpoint's
 model. ``AnthropicUpstream`` translates it to Anthropic Messages and back
@@ -69,6 +71,7 @@ class OpenAIUpstream:
 
     name = "openai"
     path = "/chat/completions"
+    count_path: str | None = None
 
     def prepare(self, body: dict[str, Any], ep: EndpointSpec, provider: ProviderSpec,
                 stream: bool, native: Native | None) -> Request:
@@ -103,6 +106,11 @@ class OpenAIUpstream:
     def classify(self, status: int, head: bytes) -> Classification:
         return classify_status(status, head)
 
+    def prepare_count(self, native: Native, ep: EndpointSpec,
+                      provider: ProviderSpec) -> Request | None:
+        """OpenAI chat completions has no token counting endpoint."""
+        return None
+
 
 FORWARDED = ("anthropic-version", "anthropic-beta")
 """The headers of a ``/v1/messages`` client that go on to an Anthropic upstream."""
@@ -117,6 +125,7 @@ class AnthropicUpstream:
 
     name = "anthropic"
     path = "/messages"
+    count_path: str | None = "/messages/count_tokens"
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
@@ -178,6 +187,14 @@ class AnthropicUpstream:
 
     def classify(self, status: int, head: bytes) -> Classification:
         return classify_status(*anthropic_error_facts(status, head))
+
+    def prepare_count(self, native: Native, ep: EndpointSpec,
+                      provider: ProviderSpec) -> Request | None:
+        """A count_tokens body from an Anthropic client, with the endpoint's model."""
+        if native.protocol != self.name:
+            return None
+        return Request(_dumps({**native.body, "model": ep.model}),
+                       self._forward(native, provider), True, None)
 
 
 def _streamed(body: dict[str, Any], stream: bool) -> dict[str, Any]:

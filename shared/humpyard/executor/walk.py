@@ -116,7 +116,7 @@ class Executor:
                 if last.failure_class not in gate:
                     break
             prev = target
-            order = self._endpoint_order(target, attempts)
+            order = self.endpoint_order(target, attempts)
             for i, ep in enumerate(order):
                 provider = config.providers[ep.provider]
                 if not await self.readiness.is_ready(provider.name, provider.base_url,
@@ -157,8 +157,10 @@ class Executor:
             last = Failure(503, "no endpoint of the route could be tried", "unavailable")
         raise self._error(last, attempts)
 
-    def _endpoint_order(self, target: PlannedTarget,
-                        attempts: list[Attempt]) -> list[EndpointSpec]:
+    def endpoint_order(self, target: PlannedTarget,
+                       attempts: list[Attempt]) -> list[EndpointSpec]:
+        """The endpoints of ``target`` in the order they are tried: the warm ones (cold
+        ones are noted in ``attempts`` as skipped), else the cold ones by reopening."""
         now = self.clock.now()
         warm: list[EndpointSpec] = []
         cold: list[tuple[float, EndpointSpec]] = []

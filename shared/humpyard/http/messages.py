@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from humpyard.errors import HumpyardError
+from humpyard.flow import count_tokens as count_upstream_tokens
 from humpyard.http.body import lower_headers, read_json
 from humpyard.http.errors import error_response, internal_error, json_reply, json_response
 from humpyard.http.guard import gateway
@@ -29,7 +30,7 @@ from humpyard.planning.estimate import estimate_prompt_tokens
 from humpyard.protocols.anthropic import decode_request, encode_response, error_body
 from humpyard.protocols.anthropic_stream import StreamTranslator, encode_event
 from humpyard.protocols.sse import SSEEvent
-from humpyard.records import Call, Served
+from humpyard.records import Call, Served, new_request_id
 
 log = logging.getLogger("humpyard.http")
 
@@ -110,17 +111,26 @@ ANTHROPIC_MESSAGES = ClientProtocol(name="anthropic", decode=decode_request, ans
 
 
 async def count_tokens(request: Request) -> Response:
-    """``POST /v1/messages/count_tokens``: the gateway's own (conservative) estimate."""
+    """``POST /v1/messages/count_tokens``: the count of the upstream that would serve
+    the request when it can count (an Anthropic upstream), else the gateway's own
+    conservative estimate; ``x-humpyard-token-count`` says which (``upstream``,
+    ``estimate``). docs/clients.md, "Anthropic upstreams"."""
     gw = gateway(request)
     try:
-        authenticate(gw.config.keys, lower_headers(request))
+        headers = lower_headers(request)
+        key = authenticate(gw.config.keys, headers)
         body: Any = await read_json(request, gw.config.max_body_bytes)
-        if isinstance(body, dict):
-            body = {"max_tokens": 1, **body}
-        openai_body, _ = decode_request(body)
+        openai_body, _ = decode_request({"max_tokens": 1, **body}
+                                        if isinstance(body, dict) else body)
         high, _low = estimate_prompt_tokens(openai_body)
+        call = Call(request_id=new_request_id(), config=gw.config, key=key, headers=headers,
+                    body=openai_body, protocol=ANTHROPIC_MESSAGES.name, original=body)
+        counted = await count_upstream_tokens(gw, call)
     except HumpyardError as e:
         return error_response(e, shape="anthropic")
     except Exception as e:  # noqa: BLE001
         return internal_error(e, shape="anthropic")
-    return json_response({"input_tokens": high})
+    if counted is not None:
+        return json_response({"input_tokens": counted},
+                             headers={"x-humpyard-token-count": "upstream"})
+    return json_response({"input_tokens": high}, headers={"x-humpyard-token-count": "estimate"})
