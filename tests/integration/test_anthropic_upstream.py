@@ -12,6 +12,7 @@ import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import anthropic
@@ -24,6 +25,7 @@ from tests.support.anthropic_steps import (
     bodies,
     count,
     error,
+    event,
     message,
     stream_error,
     thinking,
@@ -31,7 +33,7 @@ from tests.support.anthropic_steps import (
 )
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway import Running, running_gateway
-from tests.support.steps import ok, status, tool_call
+from tests.support.steps import Exchange, Step, ok, status, tool_call
 
 KEY = "sk-ant-upstream-secret"
 CHAT = "/v1/chat/completions"
@@ -652,3 +654,66 @@ def test_count_tokens_is_estimated_for_an_openai_target_or_an_unknown_model(gw, 
             assert raw.headers["x-humpyard-token-count"] == "estimate"
             assert raw.parse().input_tokens > 0
     assert claude.requests == [] and oa.requests == []
+
+
+# -- streams that end badly ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RawStream(Step):
+    """A 200 event stream of exactly ``chunks``, then a clean end (or a dropped
+    connection with ``drop``)."""
+
+    chunks: tuple[bytes, ...]
+    drop: bool = False
+
+    async def respond(self, ex: Exchange) -> bool:
+        await ex.start_stream()
+        for chunk in self.chunks:
+            await ex.send_chunk(chunk)
+        if self.drop:
+            ex.drop()
+            return False
+        await ex.end_stream()
+        return True
+
+
+START = event("message_start", {"type": "message_start", "message": {
+    "id": "msg_x", "type": "message", "role": "assistant", "model": "m", "content": [],
+    "usage": {"input_tokens": 3, "output_tokens": 1}}})
+DELTA = event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                      "delta": {"type": "text_delta", "text": "part"}})
+
+
+@pytest.mark.parametrize(("step", "failure_class"), [
+    (RawStream((START, b"event: content_block_delta\ndata: {not json\n\n")), "server_error"),
+    (RawStream((START,)), "server_error"),
+    (RawStream((START,), drop=True), "connection"),
+], ids=["invalid-event", "closed-clean", "dropped"])
+def test_a_stream_that_breaks_before_content_fails_over(gw, ups, step, failure_class):
+    claude, oa = ups
+    claude.script(step)
+    oa.script(ok("rescued"))
+    with claude_sdk(gw) as client, client.messages.stream(
+            model="r", max_tokens=8, messages=HELLO) as stream:
+        assert "".join(stream.text_stream) == "rescued"
+    [d] = decisions(gw)
+    assert [a["failure_class"] for a in d["attempts"]] == [failure_class, None]
+
+
+@pytest.mark.parametrize("drop", [False, True], ids=["no-message-stop", "dropped"])
+def test_a_stream_cut_after_content_is_broken_for_both_clients(gw, ups, drop):
+    claude, oa = ups
+    claude.script(RawStream((START, DELTA), drop=drop), RawStream((START, DELTA), drop=drop))
+    with gw.client() as c:
+        with c.stream("POST", "/v1/messages", json={
+                "model": "r", "max_tokens": 8, "stream": True, "messages": HELLO}) as r:
+            native = b"".join(r.iter_raw()).decode()
+        with c.stream("POST", "/v1/chat/completions", json={
+                "model": "r", "stream": True, "messages": HELLO}) as r:
+            chat = b"".join(r.iter_raw()).decode()
+    assert "part" in native and native.rstrip().splitlines()[-2] == "event: error"
+    assert '"content":"part"' in chat and '"error"' in chat.rstrip().splitlines()[-1]
+    assert oa.requests == []
+    for d in decisions(gw, 2):
+        assert d["outcome"] == "stream_broken"
