@@ -1,4 +1,4 @@
-"""Runtime readiness: is a provider's serve up right now? (seed 001)
+"""Runtime readiness: is a provider's serve up right now? (docs/health.md, "Readiness")
 
 A provider with a ``health_path`` is asked ``GET <origin><health_path>``
 before it is used, where the origin is the scheme, host and port of its

@@ -11,7 +11,6 @@ functions translate one into the other; the tables are in docs/clients.md
 from __future__ import annotations
 
 ANTHROPIC_EFFORTS = ("low", "medium", "high", "max")
-OPENAI_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
 # The Anthropic budget each effort gets upstream, and the budgets each effort
 # stands for downstream (a budget below LOW_BELOW is low, below MEDIUM_BELOW medium).

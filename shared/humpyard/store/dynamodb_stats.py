@@ -86,12 +86,6 @@ class DynamoDBStats(DynamoDBBase):
         with self._stats_lock:
             return len(self._pending_stats)
 
-    def stats_due(self) -> bool:
-        """Whether ``stats_flush_secs`` have passed since the last flush (and there is work)."""
-        with self._stats_lock:
-            return bool(self._pending_stats) and (
-                self._clock.monotonic() - self._stats_flushed_at >= self.stats_flush_secs)
-
     def flush_stats(self, *, due_only: bool = False) -> int:
         """Write the pending stats (only when due, with ``due_only``); the items written.
 

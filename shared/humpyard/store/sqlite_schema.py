@@ -12,7 +12,7 @@ guessed at. Never edit a released migration; append a new one.
 - v4: prompt-cache token counts (reads, writes) on usage rows and stats buckets.
 
 The decision and usage columns are a public interface: operators query
-them with the sqlite3 shell (seed 002, "Tuning the estimate").
+them with the sqlite3 shell (docs/operations.md, "Tuning the prompt estimate").
 """
 
 from __future__ import annotations

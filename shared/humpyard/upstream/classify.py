@@ -14,7 +14,8 @@ on the returned ``Classification``:
   on fastest and pool routes). ``request`` is never in any of those sets.
 - ``counts_for_health``: record the failure on the endpoint's breaker.
 
-The statuses (seed 002 "Failover" and "Endpoint health", ADR 0023 with its
+The statuses (docs/health.md and docs/routing.md, "Failover"; the readings of the
+specification behind them are in docs/decisions/0001-readings-of-the-spec.md, with its
 amendments)::
 
     408                                  timeout       next endpoint   counts

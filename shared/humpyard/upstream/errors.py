@@ -24,10 +24,10 @@ means is carried by its class, never by its message::
 
 Each class states, as class attributes, its ``failure_class`` (a name a route's
 ``fallback_on`` may list), whether it ``counts_for_health``, whether the request
-was ``never_delivered`` (then re-sending it is free, seed 004), and the
-``status`` the client sees when nothing else answers. A subclass inherits them,
-so a new class can never be missing from a table. ``str(e)`` names the cause and
-the address, never a credential.
+was ``never_delivered`` (then re-sending it is free: docs/health.md,
+"Never-delivered re-sends"), and the ``status`` the client sees when nothing else
+answers. A subclass inherits them, so a new class can never be missing from a
+table. ``str(e)`` names the cause and the address, never a credential.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The never-delivered re-send ladder (seed 004), bounded in wall time.
+"""The never-delivered re-send ladder, bounded in wall time (docs/health.md,
+"Never-delivered re-sends").
 
 A call that never connected (refused, DNS failure, connect timeout) carried
 no request, so dialling the same endpoint again is free. When such a failure

@@ -10,11 +10,12 @@ they end is one to dial again when they come back); one found closed by the upst
 ``keepalive_expiry``, or sent bytes nobody asked for is dropped when taken.
 Framing is httptools' parser (``upstream/framing.py``); connecting, proxies and
 TLS are ``upstream/dial.py``. A request that failed after it was written is
-never re-sent (seed 004). Every failure is a ``TransportFailure`` of the tree in
-``upstream/errors.py``. One event loop at a time (a new loop starts with an
-empty pool). ``upstream/bridge.py`` puts httpx's transport API over it for the
-readiness probes and quota polls. How many calls may be in flight is not the
-transport's business: ``upstream/limits.py`` decides that per provider.
+never re-sent (docs/health.md, "Never-delivered re-sends"). Every failure is a
+``TransportFailure`` of the tree in ``upstream/errors.py``. One event loop at a
+time (a new loop starts with an empty pool). ``upstream/bridge.py`` puts httpx's
+transport API over it for the readiness probes and quota polls. How many calls
+may be in flight is not the transport's business: ``upstream/limits.py`` decides
+that per provider.
 """
 
 from __future__ import annotations
@@ -78,10 +79,6 @@ class FastTransport:
     def connections(self) -> list[Conn]:
         """Every open connection, idle or in use (``is_closed()``, ``is_idle()``)."""
         return list(self._all)
-
-    @property
-    def _pool(self) -> FastTransport:  # the attribute tests/faults/test_soak.py reads
-        return self
 
     def context(self, options: TLSOptions | None) -> ssl.SSLContext:
         """The TLS context for ``options`` (built on first use, then shared)."""
@@ -147,7 +144,8 @@ class FastTransport:
                                       origin.address)
             # A pooled connection found closed is dropped before anything is sent.
             # One that fails after the request was written is NOT re-sent: the
-            # upstream may have received it (seed 004); the executor fails over.
+            # upstream may have received it (docs/health.md, "Never-delivered re-sends");
+            # the executor fails over.
             conn = self._take(origin, loop.time())
             if conn is None:
                 conn = await dial(origin, timeouts.connect, self.context)
