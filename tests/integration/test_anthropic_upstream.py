@@ -482,6 +482,9 @@ def test_a_200_that_is_not_a_message_fails_over(gw, ups):
     with claude_sdk(gw) as client:
         assert client.messages.create(model="r", max_tokens=8,
                                       messages=HELLO).content[0].text == "sane"
+    [d] = decisions(gw)
+    assert d["attempts"][0]["error"] == "upstream answered 200 with a body that is not a message"
+    assert d["attempts"][0]["failure_class"] == "server_error"
 
 
 # -- headers ---------------------------------------------------------------------------

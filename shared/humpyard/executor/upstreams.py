@@ -71,6 +71,7 @@ class OpenAIUpstream:
 
     name = "openai"
     path = "/chat/completions"
+    answer = "a chat completion"  # what a 200's body must be
     count_path: str | None = None
 
     def prepare(self, body: dict[str, Any], ep: EndpointSpec, provider: ProviderSpec,
@@ -125,6 +126,7 @@ class AnthropicUpstream:
 
     name = "anthropic"
     path = "/messages"
+    answer = "a message"
     count_path: str | None = "/messages/count_tokens"
 
     def __init__(self, clock: Clock) -> None:

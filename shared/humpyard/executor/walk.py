@@ -55,7 +55,7 @@ routability_log = logging.getLogger("humpyard.routability")
 RETRYABLE = frozenset({FailureClass.RATE_LIMIT, FailureClass.TIMEOUT,
                        FailureClass.SERVER_ERROR, FailureClass.CONNECTION})
 ERROR_BODY_LIMIT = 64 * 1024
-NOT_A_COMPLETION = "upstream answered 200 with a body that is not an answer"
+NOT_AN_ANSWER = "upstream answered 200 with a body that is not {}"
 NOT_A_STREAM = "upstream answered 200 with a JSON body, not the event stream asked for"
 
 
@@ -307,7 +307,7 @@ class Executor:
         raw = await resp.read()
         answer = proto.read(raw, native)
         if answer is None:
-            msg = _error_message(raw, json_only=True) or NOT_A_COMPLETION
+            msg = _error_message(raw, json_only=True) or NOT_AN_ANSWER.format(proto.answer)
             cls = classify_status(502, b"")
             return Failure(502, msg, str(cls.failure_class)), cls
         ms = (self.clock.monotonic() - started) * 1000
