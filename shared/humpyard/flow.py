@@ -13,13 +13,14 @@ from typing import Any
 
 from humpyard.config.names import CREDENTIAL_HEADERS
 from humpyard.errors import BudgetExhausted, HumpyardError
+from humpyard.executor.count import count_upstream
 from humpyard.executor.tiered import run_tiered
 from humpyard.gateway import Gateway
 from humpyard.ledger.periods import seconds_left
 from humpyard.planning.estimate import analyse_request
 from humpyard.planning.plan import plan as make_plan
-from humpyard.planning.types import RequestFacts
-from humpyard.records import Call, Served
+from humpyard.planning.types import Plan, RequestFacts
+from humpyard.records import Call, Native, Served
 from humpyard.sessions import session_id
 
 TRUE = frozenset({"1", "true", "yes"})
@@ -65,14 +66,15 @@ async def serve(gw: Gateway, call: Call) -> Served:
         # Seeded routes draw from their own source in route_rngs (the planner keeps it).
         call.plan = make_plan(facts, snapshot, call.config, call.ts, gw.rng, policy=gw.policy,
                               route_rngs=gw.route_rngs)
+        native = _native(call)
         if call.plan.tiers:
             served = await run_tiered(gw.tiered, gw.executor, call.plan, call.config, call.body,
                                       facts.headers, facts.session_id, stream=facts.stream,
-                                      wanted_usage=_wants_usage(call.body))
+                                      wanted_usage=_wants_usage(call.body), native=native)
         else:
             served = await gw.executor.run(call.plan, call.config, call.body,
                                            stream=facts.stream,
-                                           wanted_usage=_wants_usage(call.body))
+                                           wanted_usage=_wants_usage(call.body), native=native)
     except HumpyardError as e:
         if isinstance(e, BudgetExhausted) and call.key and call.key.budget:
             e.retry_after = seconds_left(call.key.budget.period, call.ts)
@@ -80,7 +82,43 @@ async def serve(gw: Gateway, call: Call) -> Served:
         call.attempts = getattr(e, "attempts", call.attempts)
         raise
     call.attempts = served.attempts
+    call.native = served.native
     return served
+
+
+def plan_only(gw: Gateway, call: Call) -> Plan:
+    """Plan ``call`` as a real request, making no random draws (as explain does, so
+    counting never moves a seeded route's sequence) and executing nothing."""
+    call.ts = gw.clock.now()
+    call.facts = facts_for(call)
+    call.plan = make_plan(call.facts, gw.snapshot(call.ts), call.config, call.ts, gw.rng,
+                          policy=gw.policy, route_rngs=gw.route_rngs, explore=False)
+    return call.plan
+
+
+async def count_tokens(gw: Gateway, call: Call) -> int | None:
+    """The serving upstream's own count of ``call``'s prompt, or None: when the
+    request would be refused, its first endpoint cannot count (only Anthropic
+    upstreams can) or the count failed (``executor/count.py``)."""
+    native = _native(call)
+    if native is None:
+        return None
+    try:
+        plan = plan_only(gw, call)
+    except HumpyardError:
+        return None
+    return await count_upstream(gw.executor, plan, call.config, native)
+
+
+NATIVE_PROTOCOLS = frozenset({"anthropic"})
+"""Client protocols an upstream may speak too, so the client's body can go through."""
+
+
+def _native(call: Call) -> Native | None:
+    """The client's own request, for an upstream speaking its protocol (docs/clients.md)."""
+    if call.protocol in NATIVE_PROTOCOLS and isinstance(call.original, dict):
+        return Native(call.protocol, call.original, call.headers)
+    return None
 
 
 def _wants_usage(body: Mapping[str, Any]) -> bool:

@@ -24,7 +24,7 @@ from typing import Any
 
 from humpyard.errors import HumpyardError, UpstreamError
 from humpyard.gateway import Gateway
-from humpyard.ledger.decision import build_decision
+from humpyard.ledger.decision import build_decision, token_counts
 from humpyard.ledger.periods import period_key
 from humpyard.metrics.translation import note_kind
 from humpyard.planning.types import Plan
@@ -137,11 +137,9 @@ def _write(gw: Gateway, call: Call, status: int, served: Served | None,
         if not gw.refusals.allow(gw.clock.monotonic()):
             return
     latency_ms = ((call.answered or time.perf_counter()) - call.started) * 1000
-    usage = dict(served.usage) if served else {}
     cost = 0.0
-    if served is not None and usage:
-        cost = served.endpoint.cost_usd(int(usage.get("prompt_tokens", 0) or 0),
-                                        int(usage.get("completion_tokens", 0) or 0))
+    if served is not None and served.usage and served.endpoint.priced:
+        cost = served.endpoint.cost_usd(*token_counts(served.usage))
     decision = build_decision(call, status=status, served=served, error=error,
                               stream_error=stream_error, latency_ms=latency_ms, cost_usd=cost)
     gw.writer.submit_decision(decision)
@@ -162,7 +160,8 @@ def _count(gw: Gateway, call: Call, decision: dict[str, Any], status: int,
     target = decision.get("target") or "-"
     m.requests.inc(route=route, target=target, status=str(status))
     m.request_duration.observe(latency_ms / 1000, route=route)
-    for note in call.notes:  # what the translation could not carry (metrics/translation.py)
+    for note in decision["notes"]:  # what translating and fitting could not carry as sent
+        # (the decoder's notes and the answering attempt's: metrics/translation.py)
         m.translation_drops.inc(protocol=call.protocol, what=note_kind(note))
     upstream_ms = sum(a.latency_ms or 0 for a in call.attempts)
     if not call.facts or not call.facts.stream:

@@ -47,9 +47,11 @@ class Attempt:
     skipped: str | None = None  # skipped_unavailable | cold | probe_in_flight
     resend: bool = False
     purpose: str | None = None  # judge | efficient on Switchyard routes' inner calls
+    notes: list[str] | None = None  # how the body was fitted to this endpoint, if at all
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"target": self.target, "provider": self.provider, "model": self.model,
+        d: dict[str, Any] = {"target": self.target, "provider": self.provider,
+                             "model": self.model,
              "class": self.class_, "status": self.status,
              "failure_class": self.failure_class,
              "latency_ms": None if self.latency_ms is None else round(self.latency_ms, 2)}
@@ -65,12 +67,22 @@ class Attempt:
             d["resend"] = True
         if self.purpose:
             d["purpose"] = self.purpose
+        if self.notes:
+            d["notes"] = list(self.notes)
         return d
 
 
 @dataclass(slots=True)
 class Served:
-    """A target answered. Exactly one of ``body`` (buffered) or ``events`` (stream)."""
+    """A target answered. Exactly one of ``body`` (buffered) or ``events`` (stream).
+
+    Both are the gateway's own shape (an OpenAI chat completion, chat chunk
+    events) unless ``native`` names the upstream protocol they were relayed
+    in untranslated (``"anthropic"``: the client spoke it too, so its body
+    went through as it came and the answer comes back the same way).
+    ``usage`` is OpenAI-shaped either way, with the cache counts under
+    ``cache_read_input_tokens``/``cache_creation_input_tokens`` when known.
+    """
 
     target: str
     endpoint: EndpointSpec
@@ -82,12 +94,25 @@ class Served:
     usage: dict[str, int] = field(default_factory=dict)
     upstream_ms: float = 0.0
     closer: Callable[[], Awaitable[None]] | None = None
+    native: str | None = None
 
     async def aclose(self) -> None:
         """Release the upstream connection of a stream (idempotent)."""
         closer, self.closer = self.closer, None
         if closer is not None:
             await closer()
+
+
+@dataclass(frozen=True, slots=True)
+class Native:
+    """A client's own request, for an upstream that speaks the client's protocol:
+    ``body`` as the client sent it (never changed here) and the client's
+    ``headers`` (lower-case names), of which the upstream protocol forwards
+    the few it names (``executor/upstreams.py``)."""
+
+    protocol: str
+    body: dict[str, Any]
+    headers: Mapping[str, str]
 
 
 @dataclass
@@ -100,6 +125,10 @@ class Call:
     headers: Mapping[str, str]
     body: dict[str, Any]
     protocol: str = "openai"
+    # The client's body as it came (the same object, not a copy), for an upstream
+    # that speaks the client's protocol: docs/clients.md, "Anthropic upstreams".
+    original: Any = None
+    native: str | None = None  # the answer is relayed in this upstream protocol
     ts: float = 0.0
     started: float = field(default_factory=time.perf_counter)
     answered: float | None = None  # perf_counter when a buffered answer was ready

@@ -75,6 +75,25 @@ def test_a_v1_file_migrates_forward_and_keeps_its_data(path: str, clock: FakeClo
         store.put_quota_snapshot("p", {"ok": True})  # v3 tables exist
 
 
+def test_a_v3_file_gains_cache_counts_and_keeps_its_stats(path: str, clock: FakeClock) -> None:
+    with raw(path) as conn:
+        conn.isolation_level = None
+        assert migrate(conn, T0, target=3) == 3
+        conn.execute("INSERT INTO stats_buckets (dim, hour, gkey, requests, input_tokens) "
+                     "VALUES ('route', ?, 'auto', 4, 4000)", (int(T0),))
+    cached = {"input_tokens": 1000, "output_tokens": 5, "cache_read_tokens": 800,
+              "cache_write_tokens": 100}
+    with closing(SQLiteStore(path, clock)) as store:
+        assert store.schema_version == LATEST >= 4
+        store.append_decision(decision("new", T0 + 1, usage=cached))
+        [row] = store.stats("route", T0, T0 + HOUR)
+        assert (row["requests"], row["input_tokens"], row["cache_read_tokens"],
+                row["cache_write_tokens"]) == (5, 5000, 800, 100)
+    with raw(path) as conn:
+        assert conn.execute("SELECT cache_read_tokens, cache_write_tokens FROM usage "
+                            "WHERE request_id = 'new'").fetchone() == (800, 100)
+
+
 def test_reopening_a_current_file_changes_nothing(path: str, clock: FakeClock) -> None:
     with closing(SQLiteStore(path, clock)) as store:
         store.append_decision(decision("r1", T0))

@@ -12,6 +12,7 @@ from humpyard.errors import ConflictError, StoreError
 from humpyard.planning.types import Override
 from humpyard.store import Store
 from humpyard.store.aggregates import bucket_bounds, latency_bucket
+from humpyard.store.base import LedgerBatch
 
 T0 = 1_800_000_000.0  # an hour boundary (FakeClock's start)
 HOUR = 3600.0
@@ -237,7 +238,24 @@ def test_stats_sum_tokens_and_order_busiest_first(store: Store) -> None:
     assert [r["key"] for r in rows] == ["auto", "private"]
     assert (rows[0]["input_tokens"], rows[0]["output_tokens"]) == (2700, 150)
     assert set(rows[0]) == {"key", "requests", "failures", "failure_rate", "p50_latency_ms",
-                            "cost_usd", "input_tokens", "output_tokens"}
+                            "cost_usd", "input_tokens", "output_tokens", "cache_read_tokens",
+                            "cache_write_tokens", "cache_hit_ratio"}
+    assert (rows[0]["cache_read_tokens"], rows[0]["cache_hit_ratio"]) == (0, 0.0)
+
+
+def test_stats_sum_cache_tokens_into_a_hit_ratio(store: Store) -> None:
+    cached = {"input_tokens": 1000, "output_tokens": 10, "cache_read_tokens": 600,
+              "cache_write_tokens": 300}
+    store.append_decision(decision("c1", T0 + 1, usage=cached))
+    store.append_decision(decision("c2", T0 + 2, usage={**cached, "cache_read_tokens": 200,
+                                                        "cache_write_tokens": 0}))
+    store.append_decision(decision("c3", T0 + 3))  # no cache counts at all
+    store.write_batch(LedgerBatch(decisions=[decision("c4", T0 + 4, usage=cached)]))
+    for group_by in ("route", "target", "provider", "key"):
+        [row] = store.stats(group_by, T0, T0 + HOUR)
+        assert (row["input_tokens"], row["cache_read_tokens"],
+                row["cache_write_tokens"]) == (3900, 1400, 600), group_by
+        assert row["cache_hit_ratio"] == round(1400 / 3900, 4)
 
 
 def test_stats_p50_tracks_the_median(store: Store) -> None:

@@ -108,7 +108,8 @@ def test_create_plain_text(gw, ups):
     [d] = gw.decisions()
     assert (d["protocol"], d["route"], d["target"], d["status"]) == ("responses", "r",
                                                                      "first", 200)
-    assert d["usage"] == {"input_tokens": 12, "output_tokens": 2}
+    assert d["usage"] == {"input_tokens": 12, "output_tokens": 2, "cache_read_tokens": 0,
+                          "cache_write_tokens": 0}
 
 
 def test_tool_round_trip(gw, ups):

@@ -1,4 +1,5 @@
-"""Credential headers: never matched by a selector, never forwarded; no client header is.
+"""Credential headers: never matched by a selector, never forwarded; nor is any client
+header, but for an Anthropic client's version and betas to an Anthropic upstream.
 
 ``authorization``, ``x-api-key``, ``cookie`` and ``proxy-authorization`` are
 refused by the configuration as selector conditions and dropped from the
@@ -18,6 +19,7 @@ from humpyard.errors import ConfigError
 from humpyard.flow import facts_for
 from humpyard.records import Call
 from tests.security.support import PROVIDER_KEY, bearer, chat, client
+from tests.support.anthropic_steps import message
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway import running_gateway
 
@@ -129,6 +131,31 @@ def test_without_a_provider_key_no_authorization_goes_upstream_at_all() -> None:
         calls = [r for r in up.requests if r.path == "/v1/chat/completions"]
     for r in calls:
         assert set(r.headers) == GATEWAY_HEADERS | set(STATIC), r.headers
+
+
+FORWARDED = {"anthropic-version", "anthropic-beta"}  # to an Anthropic upstream, from its kind
+
+
+def test_an_anthropic_upstream_gets_its_key_as_x_api_key_and_only_the_version_headers() -> None:
+    text = config("URL").replace('headers = {', 'protocol = "anthropic"\nheaders = {')
+    with FakeUpstream(default=message()) as up:
+        with running_gateway(text.replace("URL", up.url), env=ENV) as gw:
+            assert _send_everything(gw.url, CLIENT_KEY) == [200] * 7
+        calls = [r for r in up.requests if r.path == "/v1/messages"]
+    assert len(calls) >= 7
+    passed = calls[3:5]  # the two from /v1/messages (see _send_everything's order)
+    translated = calls[:3] + calls[5:]
+    for r in calls:
+        assert r.headers["x-api-key"] == PROVIDER_KEY and "authorization" not in r.headers
+        seen = " ".join(v for k, v in r.headers.items() if k not in FORWARDED) + repr(r.json)
+        for value in (CLIENT_KEY, *CLIENT_HEADERS.values()):
+            assert value not in seen, (value, r.headers)
+    for r in translated:
+        assert set(r.headers) == GATEWAY_HEADERS | {"x-api-key", "anthropic-version"} | set(
+            STATIC), r.headers
+    for r in passed:  # the client's version and betas, nothing else of the client's
+        assert set(r.headers) == GATEWAY_HEADERS | {"x-api-key"} | FORWARDED | set(STATIC)
+        assert r.headers["anthropic-beta"] == CLIENT_HEADERS["anthropic-beta"]
 
 
 @pytest.mark.parametrize(("headers", "why"), [

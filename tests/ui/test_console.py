@@ -263,12 +263,29 @@ def test_quota_bars_and_stats_charts(page, ups):
         expect(card.locator('[data-window="weekly"] .fill')).to_have_class(re.compile(r"\bbad\b"))
 
         charts = page.locator("#stats-charts svg.chart")
-        expect(charts).to_have_count(4)
+        expect(charts).to_have_count(5)
         expect(charts.first).to_contain_text("main")
         expect(charts.first).to_contain_text("backup")
         screenshot(page, "quota")
         page.select_option("#stats-form select[name=group_by]", "target")
         expect(charts.first).to_contain_text("fast-small")
+
+
+def test_the_stats_show_prompt_cache_hits(page, ups):
+    a, b, c = ups
+    cached = {"prompt_tokens": 1000, "completion_tokens": 5,
+              "prompt_tokens_details": {"cached_tokens": 750}}
+    a.script(ok("hi", usage=cached), ok("hi", usage={"prompt_tokens": 1000,
+                                                     "completion_tokens": 5}))
+    with console_gateway(console_config(a.url, b.url, c.url)) as gw:
+        chat(gw)
+        chat(gw)
+        open_console(page, gw, "quota")
+        chart = page.locator('#stats-charts svg.chart[aria-label="Prompt cache hits"]')
+        expect(chart).to_contain_text("main")
+        expect(chart).to_contain_text("37.5%")
+        expect(chart.locator("title")).to_contain_text(
+            "750 of 2000 input tokens read from cache, 0 written")
 
 
 def test_every_view_fits_a_phone(browser, ups):

@@ -156,7 +156,7 @@ def test_long_names_are_cut_with_an_ellipsis_and_whole_on_hover(browser: Browser
 
             page.click('a[data-tab="quota"]')
             expect(page.locator("article.quota")).to_have_count(1)
-            expect(page.locator("#stats-charts svg.chart")).to_have_count(4)
+            expect(page.locator("#stats-charts svg.chart")).to_have_count(5)
             check_view(page, "quota", {LONG["provider"]})
             screenshot(page, f"long-names-quota-{tag}")
     finally:

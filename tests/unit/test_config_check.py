@@ -177,3 +177,39 @@ def test_a_name_a_client_could_not_send_or_a_header_could_not_carry_is_refused(
         'route = "auto"', f'route = "{name}"')
     code, _, err = check(tmp_path, text, capsys)
     assert code == 1 and says in err, err
+
+
+@pytest.mark.parametrize("snippet,where", [
+    ("max_output_tokens = 0", "targets.small.endpoints[0].max_output_tokens"),
+    ('reasoning = "no"', "targets.small.endpoints[0].reasoning"),
+    ("price = { input = 3, output = 15, cache_read = -1 }",
+     "targets.small.endpoints[0].price.cache_read"),
+    ("price = { input = 3, output = 15, cache_writes = 1 }",
+     "targets.small.endpoints[0].price.cache_writes"),
+], ids=["zero-max-output", "string-reasoning", "negative-cache-price", "typo"])
+def test_endpoint_fitting_and_cache_prices_are_checked(tmp_path, capsys, snippet, where):
+    text = GOOD.replace('{ provider = "p", model = "s" }',
+                        '{ provider = "p", model = "s", ' + snippet + " }")
+    code, _, err = check(tmp_path, text, capsys)
+    assert code == 1 and f"{where}: " in err, err
+
+
+def test_a_provider_protocol_is_openai_or_anthropic(tmp_path, capsys):
+    cfg = load_config_text(GOOD.replace('[providers.q]\n', '[providers.q]\nprotocol = '
+                                                          '"anthropic"\n'), env={})
+    assert (cfg.providers["p"].protocol, cfg.providers["q"].protocol) == ("openai",
+                                                                          "anthropic")
+    code, _, err = check(tmp_path, GOOD.replace('[providers.q]\n',
+                                                '[providers.q]\nprotocol = "grpc"\n'), capsys)
+    assert code == 1 and "providers.q.protocol: " in err and "anthropic" in err, err
+
+
+def test_fitting_and_cache_prices_reach_the_endpoint():
+    cfg = load_config_text(GOOD.replace(
+        '{ provider = "p", model = "s" }',
+        '{ provider = "p", model = "s", max_output_tokens = 8192, reasoning = false, '
+        'price = { input = 3, output = 15, cache_read = 0.3, cache_write = 3.75 } }'), env={})
+    ep = cfg.targets["small"].endpoints[0]
+    assert (ep.max_output_tokens, ep.reasoning, ep.price_cache_read, ep.price_cache_write) == (
+        8192, False, 0.3, 3.75)
+    assert ep.adapts and not cfg.targets["large"].endpoints[0].adapts

@@ -158,3 +158,18 @@ def test_reload_polling_watches_the_included_files(tmp_path):
     (tmp_path / "prices.toml").write_text(PRICES.replace("0.59", "0.625"))  # size changes
     assert reloader.poll() is True
     assert state["cfg"].targets["big"].endpoints[0].price_input == 0.625
+
+
+def test_an_included_file_fills_in_fitting_and_cache_prices(tmp_path):
+    limits = PRICES.replace("price = { input = 0.59, output = 0.79 }",
+                            "price = { input = 3, output = 15, cache_read = 0.3 }\n"
+                            "max_output_tokens = 32000\nreasoning = false")
+    conf = write(tmp_path, {"humpyard.toml": MAIN.format(inc="limits.toml"),
+                            "limits.toml": limits})
+    cfg = load_config(conf, env={})
+    big = cfg.targets["big"].endpoints[0]
+    assert (big.max_output_tokens, big.reasoning, big.price_cache_read,
+            big.price_cache_write) == (32000, False, 0.3, None)
+    also = cfg.targets["also-big"].endpoints[0]  # its own price wins, limits filled in
+    assert (also.price_input, also.price_cache_read, also.max_output_tokens) == (1.0, None,
+                                                                                32000)

@@ -7,7 +7,8 @@ fill in what its own endpoints leave unset (docs/configuration.md,
     include = ["prices.toml"]        # relative to the including file
 
 An included declaration names a ``provider`` and a ``model`` and may give
-``context_window``, ``tools``, ``vision`` and ``price``; every endpoint of the
+``context_window``, ``tools``, ``vision``, ``price``, ``max_output_tokens`` and
+``reasoning``; every endpoint of the
 main file with that provider and model takes the fields it does not set
 itself (the main file wins, field by field). An included file declares
 nothing else and includes nothing. Every problem is reported with the
@@ -33,7 +34,7 @@ else:  # tomli is tomllib with the error's line and column as attributes
     import tomli as toml
 
 # The endpoint fields an included file may fill in.
-FILLABLE = ("context_window", "tools", "vision", "price")
+FILLABLE = ("context_window", "tools", "vision", "price", "max_output_tokens", "reasoning")
 
 
 class TomlSyntaxError(Exception):

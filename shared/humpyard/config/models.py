@@ -34,10 +34,14 @@ class _Strict(BaseModel):
 
 
 class Price(_Strict):
-    """USD per one million tokens."""
+    """USD per one million tokens. ``cache_read`` and ``cache_write`` price prompt
+    tokens read from or written to a provider's prompt cache; left out, those
+    tokens cost ``input`` (docs/configuration.md, "Prices")."""
 
     input: float = Field(ge=0)
     output: float = Field(ge=0)
+    cache_read: float | None = Field(default=None, ge=0)
+    cache_write: float | None = Field(default=None, ge=0)
 
 
 class Endpoint(_Strict):
@@ -49,12 +53,18 @@ class Endpoint(_Strict):
     tools: bool | None = None
     vision: bool | None = None
     price: Price | None = None
+    # What the model takes (docs/configuration.md, "Endpoint fields"): a larger
+    # max_tokens is clamped to max_output_tokens; reasoning = false drops
+    # reasoning_effort (unknown: passed on).
+    max_output_tokens: int | None = Field(default=None, gt=0)
+    reasoning: bool | None = None
 
 
 class Provider(_Strict):
-    """An OpenAI-compatible upstream."""
+    """An upstream: OpenAI chat completions, or Anthropic Messages (``protocol``)."""
 
     base_url: str
+    protocol: Literal["openai", "anthropic"] = "openai"
     api_key_env: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     max_retries: int = Field(default=0, ge=0, le=10)

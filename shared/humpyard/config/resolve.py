@@ -166,7 +166,7 @@ def _providers(raw: RawConfig, env: Mapping[str, str], errors: list[str],
             quota_source=p.quota_source, api_key_env=p.api_key_env, api_key=key,
             catalog_id=p.catalog_id,
             proxy=p.proxy, ca_file=p.ca_file, client_cert=p.client_cert,
-            client_key=p.client_key, max_concurrent=p.max_concurrent)
+            client_key=p.client_key, max_concurrent=p.max_concurrent, protocol=p.protocol)
     return out
 
 
@@ -184,7 +184,10 @@ def _targets(raw: RawConfig, errors: list[str], known: Salvage) -> dict[str, Tar
                 provider=e.provider, model=e.model, context_window=e.context_window,
                 tools=e.tools, vision=e.vision,
                 price_input=e.price.input if e.price else None,
-                price_output=e.price.output if e.price else None))
+                price_output=e.price.output if e.price else None,
+                price_cache_read=e.price.cache_read if e.price else None,
+                price_cache_write=e.price.cache_write if e.price else None,
+                max_output_tokens=e.max_output_tokens, reasoning=e.reasoning))
         out[name] = TargetSpec(name=name, endpoints=tuple(eps), class_=t.class_,
                                strengths=tuple(t.strengths), quality=t.quality)
     return out

@@ -135,6 +135,10 @@ class EndpointSpec:
     vision: bool | None = None
     price_input: float | None = None
     price_output: float | None = None
+    price_cache_read: float | None = None  # None: cache reads cost price_input
+    price_cache_write: float | None = None  # None: cache writes cost price_input
+    max_output_tokens: int | None = None  # a larger max_tokens is clamped to it
+    reasoning: bool | None = None  # False: reasoning_effort is dropped; None: unknown
 
     @property
     def key(self) -> str:
@@ -145,8 +149,24 @@ class EndpointSpec:
     def priced(self) -> bool:
         return bool(self.price_input or self.price_output)
 
-    def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
-        return (input_tokens * (self.price_input or 0.0)
+    @property
+    def adapts(self) -> bool:
+        """Whether a request body is fitted to this endpoint before it is sent."""
+        return self.max_output_tokens is not None or self.reasoning is False
+
+    def cost_usd(self, input_tokens: int, output_tokens: int, cache_read: int = 0,
+                 cache_write: int = 0) -> float:
+        """USD for one answer. ``input_tokens`` counts every prompt token, cached
+        ones included (as ``usage.prompt_tokens`` does); ``cache_read`` and
+        ``cache_write`` of them are priced at the cache prices where declared,
+        else at the input price."""
+        price_in = self.price_input or 0.0
+        plain = max(0, input_tokens - cache_read - cache_write)
+        read = cache_read * (price_in if self.price_cache_read is None
+                             else self.price_cache_read)
+        write = cache_write * (price_in if self.price_cache_write is None
+                               else self.price_cache_write)
+        return (plain * price_in + read + write
                 + output_tokens * (self.price_output or 0.0)) / 1_000_000
 
 
@@ -165,10 +185,12 @@ class TargetSpec:
 
 @dataclass(frozen=True, slots=True)
 class ProviderSpec:
-    """One upstream. ``proxy``: None follows the environment, "" goes direct, else the
-    proxy URL (it may hold credentials: never shown). ``ca_file``/``client_cert``/
-    ``client_key``: TLS trust and mutual TLS; ``max_concurrent``: calls in flight
-    at once (None: only ``[router] max_concurrent``). See docs/upstream.md."""
+    """One upstream, spoken to in ``protocol`` (``openai`` chat completions or
+    ``anthropic`` Messages: docs/clients.md). ``proxy``: None follows the
+    environment, "" goes direct, else the proxy URL (it may hold credentials:
+    never shown). ``ca_file``/``client_cert``/``client_key``: TLS trust and
+    mutual TLS; ``max_concurrent``: calls in flight at once (None: only
+    ``[router] max_concurrent``). See docs/upstream.md."""
 
     name: str
     base_url: str
@@ -187,6 +209,7 @@ class ProviderSpec:
     client_cert: str | None = None
     client_key: str | None = None
     max_concurrent: int | None = None
+    protocol: str = "openai"  # "anthropic": Anthropic Messages at {base_url}/messages
 
 
 @dataclass(frozen=True, slots=True)

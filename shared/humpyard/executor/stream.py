@@ -6,6 +6,12 @@ so that a failure before that point can still fail over and the client sees
 a real status. It returns the events read so far followed by the rest of the
 stream as one async iterator of ``SSEEvent``. After the first content
 nothing fails over: a later break ends the client's stream.
+
+``hold_back_anthropic`` does the same for an Anthropic Messages stream: the
+first content is the first ``content_block_delta`` or a tool-use block's
+start; an ``error`` event before it fails over. Its events are relayed as
+they came (to a client that speaks Anthropic Messages too) or translated
+into chat chunks by a ``ChunkTranslator``.
 """
 
 from __future__ import annotations
@@ -15,7 +21,9 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from humpyard.errors import UpstreamError
-from humpyard.protocols.sse import SSEDecoder, SSEEvent
+from humpyard.protocols.anthropic_upstream import chat_usage
+from humpyard.protocols.anthropic_upstream_stream import ChunkTranslator
+from humpyard.protocols.sse import DONE, SSEDecoder, SSEEvent
 from humpyard.redact import redact
 from humpyard.upstream.client import UpstreamResponse
 
@@ -43,6 +51,12 @@ def _usage_of(obj: dict, into: dict[str, int]) -> None:
     if isinstance(u, dict):
         into.clear()
         into.update({k: v for k, v in u.items() if isinstance(v, int)})
+        details = u.get("prompt_tokens_details")
+        if isinstance(details, dict):  # cache counts, flattened (ledger/decision.py)
+            for theirs, ours in (("cached_tokens", "cache_read_input_tokens"),
+                                 ("cache_write_tokens", "cache_creation_input_tokens")):
+                if isinstance(details.get(theirs), int):
+                    into.setdefault(ours, details[theirs])
 
 
 async def hold_back(resp: UpstreamResponse, wanted_usage: bool = True,
@@ -125,3 +139,135 @@ async def _relay(held: list[SSEEvent], raw: AsyncIterator[bytes], decoder: SSEDe
             batch.append(ev)
         if batch:
             yield batch
+
+
+# -- Anthropic Messages streams ------------------------------------------------------
+
+_TOOL_BLOCKS = frozenset({"tool_use", "server_tool_use"})
+_DONE_EVENT = SSEEvent(data="[DONE]", wire=DONE)
+NO_MESSAGE_STOP = "the upstream's stream ended without message_stop; the answer is incomplete"
+
+
+class _Broken(Exception):
+    """The upstream's stream said it failed (an ``error`` event) or is unreadable."""
+
+
+class _AnthropicEvents:
+    """Reads an Anthropic event stream: content seen, usage, the end, failures.
+
+    ``take(events, out)`` appends to ``out`` what to pass on for a batch of
+    upstream events: the events themselves (``translator`` None), or their
+    chat chunks as events (``data: [DONE]`` after ``message_stop``); it
+    raises ``_Broken`` after appending what came before the failure. ``usage`` is updated in
+    place as chat usage (``anthropic_upstream.chat_usage``, integers only).
+    """
+
+    __slots__ = ("translator", "wanted_usage", "secrets", "usage", "_raw_usage", "content",
+                 "ended")
+
+    def __init__(self, translator: ChunkTranslator | None, wanted_usage: bool,
+                 secrets: Sequence[str | None]) -> None:
+        self.translator = translator
+        self.wanted_usage = wanted_usage
+        self.secrets = secrets
+        self.usage: dict[str, int] = {}
+        self._raw_usage: dict[str, object] = {}
+        self.content = False
+        self.ended = False
+
+    def take(self, events: list[SSEEvent], out: list[SSEEvent]) -> None:
+        for ev in events:
+            try:
+                data = json.loads(ev.data)
+            except ValueError:
+                raise _Broken(redact(f"upstream sent an invalid stream event: "
+                                     f"{ev.data[:200]!r}", self.secrets)) from None
+            if not isinstance(data, dict):
+                raise _Broken("upstream sent a stream event that is not an object")
+            kind = data.get("type") or ev.event
+            if kind == "error":
+                err = data.get("error")
+                msg = err.get("message") if isinstance(err, dict) else err
+                raise _Broken(redact(f"upstream stream error: {msg}", self.secrets))
+            self._note(kind, data)
+            if self.translator is None:
+                out.append(ev)
+                continue
+            for chunk in self.translator.feed(ev.event, data):
+                if not self.wanted_usage and not chunk.get("choices") and "usage" in chunk:
+                    continue
+                text = json.dumps(chunk, ensure_ascii=False, separators=(",", ":"))
+                out.append(SSEEvent(data=text, wire=b"data: " + text.encode() + b"\n\n"))
+            if kind == "message_stop":
+                out.append(_DONE_EVENT)
+
+    def _note(self, kind: object, data: dict) -> None:
+        if kind == "content_block_delta":
+            self.content = True
+        elif kind == "content_block_start":
+            block = data.get("content_block")
+            if isinstance(block, dict) and (block.get("type") in _TOOL_BLOCKS
+                                            or block.get("text")):
+                self.content = True
+        elif kind == "message_start":
+            message = data.get("message")
+            if isinstance(message, dict) and isinstance(message.get("usage"), dict):
+                self._raw_usage.update(message["usage"])
+                self._usage_changed()
+        elif kind == "message_delta":
+            if isinstance(data.get("usage"), dict):
+                # cumulative counts: non-null ones replace message_start's
+                self._raw_usage.update({k: v for k, v in data["usage"].items()
+                                        if v is not None})
+                self._usage_changed()
+        elif kind == "message_stop":
+            self.ended = True
+
+    def _usage_changed(self) -> None:
+        self.usage.clear()
+        self.usage.update({k: v for k, v in chat_usage(self._raw_usage).items()
+                           if isinstance(v, int)})
+
+
+async def hold_back_anthropic(resp: UpstreamResponse, wanted_usage: bool = True,
+                              secrets: Sequence[str | None] = (),
+                              translator: ChunkTranslator | None = None) -> HeldStream:
+    """``hold_back`` for an Anthropic Messages stream (see the module docstring).
+
+    With ``translator`` the events come out as chat chunks; without, as they
+    came. After the first content, an ``error`` event, or an end without
+    ``message_stop``, raises ``UpstreamError`` (code ``stream_broken``) from
+    the relayed rest."""
+    decoder = SSEDecoder()
+    reader = _AnthropicEvents(translator, wanted_usage, secrets)
+    held: list[SSEEvent] = []
+    raw = resp.iter_raw()
+    try:
+        async for chunk in raw:
+            reader.take(decoder.feed(chunk), held)
+            if reader.content or reader.ended:
+                break
+    except _Broken as e:
+        return HeldStream(error=str(e))
+    if not reader.content and not reader.ended:
+        return HeldStream(error="upstream closed the stream before any content")
+    return HeldStream(events=_relay_anthropic(held, raw, decoder, reader), usage=reader.usage)
+
+
+async def _relay_anthropic(held: list[SSEEvent], raw: AsyncIterator[bytes],
+                           decoder: SSEDecoder,
+                           reader: _AnthropicEvents) -> AsyncIterator[list[SSEEvent]]:
+    if held:
+        yield held
+    async for chunk in raw:
+        batch: list[SSEEvent] = []
+        try:
+            reader.take(decoder.feed(chunk), batch)
+        except _Broken as e:
+            if batch:
+                yield batch
+            raise UpstreamError(str(e), status=502, code="stream_broken") from None
+        if batch:
+            yield batch
+    if not reader.ended:
+        raise UpstreamError(NO_MESSAGE_STOP, status=502, code="stream_broken")

@@ -20,7 +20,7 @@ from humpyard.executor.walk import Executor
 from humpyard.planning.types import Plan
 from humpyard.protocols.openai import completion_to_chunks
 from humpyard.protocols.sse import DONE, SSEEvent, encode
-from humpyard.records import Attempt, Served
+from humpyard.records import Attempt, Native, Served
 
 
 def _subplan(plan: Plan, names: tuple[str, ...]) -> Plan:
@@ -42,8 +42,11 @@ async def _as_events(completion: dict[str, Any]) -> AsyncIterator[list[SSEEvent]
 
 async def run_tiered(router: Any, executor: Executor, plan: Plan, config: Config,
                      body: dict[str, Any], headers: Mapping[str, str], session_id: str | None,
-                     *, stream: bool, wanted_usage: bool) -> Served:
-    """Let Switchyard pick the tier, then serve: its answer, or the selected targets."""
+                     *, stream: bool, wanted_usage: bool, native: Native | None = None) -> Served:
+    """Let Switchyard pick the tier, then serve: its answer, or the selected targets.
+
+    The tiers' own calls (judges, the efficient try) send the chat body; only
+    the final walk over the selected targets may send ``native``."""
     attempts: list[Attempt] = []
     answered: list[Served] = []
 
@@ -72,7 +75,7 @@ async def run_tiered(router: Any, executor: Executor, plan: Plan, config: Config
         return served
     try:
         final = await executor.run(_subplan(plan, outcome.selected), config, body,
-                                   stream=stream, wanted_usage=wanted_usage)
+                                   stream=stream, wanted_usage=wanted_usage, native=native)
     except Exception as e:
         e.attempts = attempts + list(getattr(e, "attempts", []))  # type: ignore[attr-defined]
         raise

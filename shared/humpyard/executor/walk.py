@@ -13,6 +13,10 @@ Order of work for one request::
     within the provider's connect_retry_window_secs (see ``Executor._resend``)
 
 A failure of class ``request`` (400, 422, …) stops everything at once.
+
+How an attempt is spoken (the body sent, the answer read, the stream held
+back, the error classified) is the provider's upstream protocol's
+(``executor/upstreams.py``); the walk is the same for every protocol.
 """
 
 from __future__ import annotations
@@ -28,11 +32,11 @@ from typing import Any, NamedTuple
 from humpyard.clock import Clock
 from humpyard.config.spec import Config, EndpointSpec, ProviderSpec
 from humpyard.errors import UpstreamError
-from humpyard.executor.stream import hold_back
+from humpyard.executor.upstreams import UpstreamProtocol, upstream_protocols
 from humpyard.health.breaker import clamp_retry_after
 from humpyard.health.retry_after import parse_retry_after
 from humpyard.planning.types import Plan, PlannedTarget
-from humpyard.records import Attempt, Served
+from humpyard.records import Attempt, Native, Served
 from humpyard.redact import redact
 from humpyard.upstream.classify import (
     BODY_HEAD_BYTES,
@@ -51,7 +55,7 @@ routability_log = logging.getLogger("humpyard.routability")
 RETRYABLE = frozenset({FailureClass.RATE_LIMIT, FailureClass.TIMEOUT,
                        FailureClass.SERVER_ERROR, FailureClass.CONNECTION})
 ERROR_BODY_LIMIT = 64 * 1024
-NOT_A_COMPLETION = "upstream answered 200 with a body that is not a chat completion"
+NOT_AN_ANSWER = "upstream answered 200 with a body that is not {}"
 NOT_A_STREAM = "upstream answered 200 with a JSON body, not the event stream asked for"
 
 
@@ -90,14 +94,17 @@ class Executor:
         self.rng = rng
         self.on_latency = on_latency or (lambda target, ms: None)
         self.on_event = on_event or (lambda *a, **k: None)
+        self.upstreams = upstream_protocols(clock)
 
     async def run(self, plan: Plan, config: Config, body: dict[str, Any], *,
-                  stream: bool, path: str = "/chat/completions",
-                  wanted_usage: bool = True) -> Served:
+                  stream: bool, wanted_usage: bool = True,
+                  native: Native | None = None) -> Served:
         """Serve ``body`` from the plan's targets; raise ``UpstreamError`` if none answer.
 
         ``body`` is the OpenAI chat request; its ``model`` is replaced per
-        endpoint. The raised error carries ``attempts`` for the ledger.
+        endpoint. ``native`` is the client's own request, sent instead to an
+        upstream that speaks the client's protocol. The raised error carries
+        ``attempts`` for the ledger.
         """
         attempts: list[Attempt] = []
         last: Failure | None = None
@@ -109,7 +116,7 @@ class Executor:
                 if last.failure_class not in gate:
                     break
             prev = target
-            order = self._endpoint_order(target, attempts)
+            order = self.endpoint_order(target, attempts)
             for i, ep in enumerate(order):
                 provider = config.providers[ep.provider]
                 if not await self.readiness.is_ready(provider.name, provider.base_url,
@@ -122,7 +129,7 @@ class Executor:
                     continue
                 for _ in range(1 + provider.max_retries):
                     try:
-                        result = await self._attempt(target, ep, provider, body, stream, path,
+                        result = await self._attempt(target, ep, provider, body, stream, native,
                                                      attempts, wanted_usage, probe=admitted)
                     except BaseException:
                         if admitted:  # cancelled mid-probe: let the next request probe
@@ -141,7 +148,7 @@ class Executor:
                 if last is not None and last.failure_class == FailureClass.REQUEST:
                     break
         if last is not None and last.never_delivered and last_ep is not None:
-            served = await self._resend(last_ep, config, body, stream, path, attempts,
+            served = await self._resend(last_ep, config, body, stream, native, attempts,
                                         wanted_usage, last)
             if isinstance(served, Served):
                 return served
@@ -150,8 +157,10 @@ class Executor:
             last = Failure(503, "no endpoint of the route could be tried", "unavailable")
         raise self._error(last, attempts)
 
-    def _endpoint_order(self, target: PlannedTarget,
-                        attempts: list[Attempt]) -> list[EndpointSpec]:
+    def endpoint_order(self, target: PlannedTarget,
+                       attempts: list[Attempt]) -> list[EndpointSpec]:
+        """The endpoints of ``target`` in the order they are tried: the warm ones (cold
+        ones are noted in ``attempts`` as skipped), else the cold ones by reopening."""
         now = self.clock.now()
         warm: list[EndpointSpec] = []
         cold: list[tuple[float, EndpointSpec]] = []
@@ -216,24 +225,28 @@ class Executor:
                    for ep in t.endpoints)
 
     async def _attempt(self, target: PlannedTarget, ep: EndpointSpec, provider: ProviderSpec,
-                       body: dict[str, Any], stream: bool, path: str,
+                       body: dict[str, Any], stream: bool, native: Native | None,
                        attempts: list[Attempt], wanted_usage: bool, *, probe: bool = False,
                        connect_timeout: float | None = None,
                        ) -> Served | tuple[Failure, tuple[PlannedTarget, EndpointSpec],
                                            Classification]:
         att = _attempt(target, ep)
         attempts.append(att)
-        payload = _encode(body, ep.model, stream)
+        proto = self.upstreams[provider.protocol]
+        req = proto.prepare(body, ep, provider, stream, native)
+        att.notes = req.notes
         started = self.clock.monotonic()
         resp: UpstreamResponse | None = None
         try:
             async with asyncio.timeout(provider.timeout_secs):
-                resp = await self.client.open(provider, path, payload,
+                resp = await self.client.open(provider, proto.path, req.payload,
+                                              extra_headers=req.headers,
                                               connect_timeout=connect_timeout)
                 att.status = resp.status
                 if resp.status == 200:
                     served = await self._answer(resp, target, ep, provider, stream, att,
-                                                attempts, started, wanted_usage)
+                                                attempts, started, wanted_usage, proto,
+                                                req.native)
                     if isinstance(served, Served):
                         if stream:
                             resp = None  # the relayed stream owns it now
@@ -241,7 +254,7 @@ class Executor:
                     failure, cls = served
                 else:
                     raw = await resp.read(ERROR_BODY_LIMIT)
-                    failure, cls = self._http_failure(resp, raw, ep)
+                    failure, cls = self._http_failure(resp, raw, ep, proto)
         except TimeoutError:  # the whole call's bound (timeout_secs), however it was spent
             failure, cls = self._transport_failure(
                 ReadTimeout(f"timeout after {provider.timeout_secs:g}s {_addr(provider)}"), ep)
@@ -268,8 +281,9 @@ class Executor:
 
     async def _answer(self, resp: UpstreamResponse, target: PlannedTarget, ep: EndpointSpec,
                       provider: ProviderSpec, stream: bool, att: Attempt,
-                      attempts: list[Attempt], started: float,
-                      wanted_usage: bool) -> Served | tuple[Failure, Classification]:
+                      attempts: list[Attempt], started: float, wanted_usage: bool,
+                      proto: UpstreamProtocol,
+                      native: bool) -> Served | tuple[Failure, Classification]:
         if stream and _is_json(resp):
             # A JSON body where an event stream was asked for: an error object
             # (or a buffered answer the client cannot take); either way, fail over.
@@ -277,8 +291,10 @@ class Executor:
             msg = _error_message(raw, json_only=True) or NOT_A_STREAM
             cls = classify_status(502, b"")
             return Failure(502, msg, str(cls.failure_class)), cls
+        relayed = proto.name if native else None
         if stream:
-            head = await hold_back(resp, wanted_usage, secrets=(provider.api_key,))
+            head = await proto.hold_back(resp, native=native, wanted_usage=wanted_usage,
+                                         secrets=(provider.api_key,), model=ep.model)
             if head.error is not None:
                 cls = classify_status(502, b"")
                 return Failure(502, head.error, str(cls.failure_class)), cls
@@ -287,31 +303,28 @@ class Executor:
             self._success(target, ep, ms)
             return Served(target=target.name, endpoint=ep, status=200, attempts=attempts,
                           events=head.events, upstream_ms=ms, usage=head.usage,
-                          closer=resp.aclose)
+                          closer=resp.aclose, native=relayed)
         raw = await resp.read()
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            data = None
-        if not isinstance(data, dict) or "choices" not in data:
-            msg = _error_message(raw, json_only=True) or NOT_A_COMPLETION
+        answer = proto.read(raw, native)
+        if answer is None:
+            msg = _error_message(raw, json_only=True) or NOT_AN_ANSWER.format(proto.answer)
             cls = classify_status(502, b"")
             return Failure(502, msg, str(cls.failure_class)), cls
         ms = (self.clock.monotonic() - started) * 1000
         att.latency_ms = ms
         self._success(target, ep, ms)
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         return Served(target=target.name, endpoint=ep, status=200, attempts=attempts,
-                      body=data, body_bytes=raw, upstream_ms=ms, usage=usage or {})
+                      body=answer.body, body_bytes=answer.body_bytes, upstream_ms=ms,
+                      usage=answer.usage, native=relayed)
 
     def _success(self, target: PlannedTarget, ep: EndpointSpec, ms: float) -> None:
         self.health.record_success(ep.key, self.clock.now())
         self.on_latency(target.name, ms)
 
-    def _http_failure(self, resp: UpstreamResponse, raw: bytes,
-                      ep: EndpointSpec) -> tuple[Failure, Classification]:
+    def _http_failure(self, resp: UpstreamResponse, raw: bytes, ep: EndpointSpec,
+                      proto: UpstreamProtocol) -> tuple[Failure, Classification]:
         head = raw[:BODY_HEAD_BYTES]
-        cls = classify_status(resp.status, head)
+        cls = proto.classify(resp.status, head)
         msg = _error_message(raw) or f"upstream answered {resp.status}"
         failure = Failure(resp.status, msg, str(cls.failure_class))
         if resp.status in (429, 503):
@@ -331,8 +344,9 @@ class Executor:
                        never_delivered=isinstance(tf, ConnectFailure)), cls
 
     async def _resend(self, where: tuple[PlannedTarget, EndpointSpec], config: Config,
-                      body: dict[str, Any], stream: bool, path: str, attempts: list[Attempt],
-                      wanted_usage: bool, last: Failure) -> Served | Failure:
+                      body: dict[str, Any], stream: bool, native: Native | None,
+                      attempts: list[Attempt], wanted_usage: bool,
+                      last: Failure) -> Served | Failure:
         """Re-dial a never-delivered endpoint inside ``connect_retry_window_secs``.
 
         The window runs from the start of the failed dial, dials included
@@ -351,7 +365,7 @@ class Executor:
                               self.rng, provider.connect_timeout_secs):
             await self.clock.sleep(redial.sleep)
             tries += 1
-            out = await self._attempt(target, ep, provider, body, stream, path, attempts,
+            out = await self._attempt(target, ep, provider, body, stream, native, attempts,
                                       wanted_usage, connect_timeout=redial.connect_timeout)
             attempts[-1].resend = True
             if isinstance(out, Served):
@@ -384,16 +398,6 @@ def _attempt(target: PlannedTarget, ep: EndpointSpec, *, skipped: str | None = N
 
 def _addr(provider: ProviderSpec) -> str:
     return provider.base_url.split("://", 1)[-1].split("/", 1)[0]
-
-
-def _encode(body: dict[str, Any], model: str, stream: bool) -> bytes:
-    out = dict(body)
-    out["model"] = model
-    if stream:
-        opts = dict(out.get("stream_options") or {})
-        opts["include_usage"] = True
-        out["stream_options"] = opts
-    return json.dumps(out, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def _is_json(resp: UpstreamResponse) -> bool:

@@ -99,6 +99,7 @@ async def take(gw: Gateway, protocol: ClientProtocol, scope: Scope, receive: Rec
                                       call.config.max_body_bytes)
             if isinstance(body, dict):
                 call.body = body  # what the record shows if decoding fails
+            call.original = body  # for an upstream that speaks the client's protocol
             chat_body, call.notes, context = protocol.decode(body, call.config)
             call.body = validate_chat(chat_body)
             served = await serve(gw, call)

@@ -4,6 +4,8 @@ The request is decoded into an OpenAI chat body, routed and served exactly
 like ``/v1/chat/completions`` (``ANTHROPIC_MESSAGES`` is what the intake,
 ``http/intake.py``, needs), and the answer, or the stream event by event, is
 encoded back into Anthropic's shapes. Errors use Anthropic's error body.
+An Anthropic-native upstream got the client's own body (``Served.native``):
+its answer goes back as it came, body bytes and events untouched.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from starlette.responses import Response
 
 from humpyard.config.spec import Config
 from humpyard.errors import HumpyardError
+from humpyard.flow import count_tokens as count_upstream_tokens
 from humpyard.http.body import lower_headers, read_json
 from humpyard.http.errors import error_response, internal_error, json_reply, json_response
 from humpyard.http.guard import gateway
@@ -28,7 +31,7 @@ from humpyard.planning.estimate import estimate_prompt_tokens
 from humpyard.protocols.anthropic import decode_request, encode_response, error_body
 from humpyard.protocols.anthropic_stream import StreamTranslator, encode_event
 from humpyard.protocols.sse import SSEEvent
-from humpyard.records import Call, Served
+from humpyard.records import Call, Served, new_request_id
 
 log = logging.getLogger("humpyard.http")
 
@@ -49,6 +52,8 @@ def _decode(body: Any, config: Config) -> tuple[dict[str, Any], list[str], None]
 
 
 def _answer(call: Call, context: None, served: Served, headers: Headers) -> Reply:
+    if served.native == "anthropic" and served.body_bytes is not None:
+        return Reply(200, headers, served.body_bytes)
     assert served.body is not None
     answer = encode_response(served.body, model=call.body["model"], stop_sequences=_stops(call),
                              message_id=_message_id(call))
@@ -64,6 +69,10 @@ async def _stream(call: Call, context: None,
     Anthropic's ``error`` event instead of ``message_stop``, so the client
     knows the answer is incomplete.
     """
+    if call.native == "anthropic":
+        async for chunk in _relay(events):
+            yield chunk
+        return
     translator = StreamTranslator(call.body["model"], _message_id(call), _stops(call))
     failure: str | None = None
     try:
@@ -91,22 +100,45 @@ async def _stream(call: Call, context: None,
     yield b"".join(encode_event(name, data) for name, data in translator.finish())
 
 
+async def _relay(events: AsyncIterator[list[SSEEvent]]) -> AsyncIterator[bytes]:
+    """An Anthropic upstream's events as they came (one write per upstream read);
+    a failure after the first content ends the stream with an ``error`` event."""
+    try:
+        async for batch in events:
+            yield batch[0].wire if len(batch) == 1 else b"".join(ev.wire for ev in batch)
+    except HumpyardError as e:
+        yield encode_event("error", error_body(502, e.message))
+    except Exception as e:  # noqa: BLE001 - a transport failure mid-stream
+        log.warning("anthropic stream broke after content: %s", type(e).__name__)
+        yield encode_event("error", error_body(
+            502, "the upstream stream broke after the answer started; it is incomplete"))
+
+
 ANTHROPIC_MESSAGES = ClientProtocol(name="anthropic", decode=_decode, answer=_answer,
                                     stream=_stream, errors="anthropic")
 
 
 async def count_tokens(request: Request) -> Response:
-    """``POST /v1/messages/count_tokens``: the gateway's own (conservative) estimate."""
+    """``POST /v1/messages/count_tokens``: the count of the upstream that would serve
+    the request when it can count (an Anthropic upstream), else the gateway's own
+    conservative estimate; ``x-humpyard-token-count`` says which (``upstream``,
+    ``estimate``). docs/clients.md, "Anthropic upstreams"."""
     gw = gateway(request)
     try:
-        authenticate(gw.config.keys, lower_headers(request))
+        headers = lower_headers(request)
+        key = authenticate(gw.config.keys, headers)
         body: Any = await read_json(request, gw.config.max_body_bytes)
-        if isinstance(body, dict):
-            body = {"max_tokens": 1, **body}
-        openai_body, _, _ = _decode(body, gw.config)
+        openai_body, _, _ = _decode({"max_tokens": 1, **body} if isinstance(body, dict)
+                                    else body, gw.config)
         high, _low = estimate_prompt_tokens(openai_body)
+        call = Call(request_id=new_request_id(), config=gw.config, key=key, headers=headers,
+                    body=openai_body, protocol=ANTHROPIC_MESSAGES.name, original=body)
+        counted = await count_upstream_tokens(gw, call)
     except HumpyardError as e:
         return error_response(e, shape="anthropic")
     except Exception as e:  # noqa: BLE001
         return internal_error(e, shape="anthropic")
-    return json_response({"input_tokens": high})
+    if counted is not None:
+        return json_response({"input_tokens": counted},
+                             headers={"x-humpyard-token-count": "upstream"})
+    return json_response({"input_tokens": high}, headers={"x-humpyard-token-count": "estimate"})

@@ -8,12 +8,60 @@ key ids only, never a key or a prompt.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 from humpyard.errors import HumpyardError, PlanRefused, UpstreamError
 from humpyard.protocols.openai import MAX_MODEL_CHARS
 from humpyard.records import Call, Served
 from humpyard.sessions import session_id
+
+
+class Tokens(NamedTuple):
+    """An answer's token counts: every prompt token (cached ones included), the
+    output, and of the prompt, the tokens read from and written to a cache."""
+
+    input: int
+    output: int
+    cache_read: int
+    cache_write: int
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def token_counts(usage: Mapping[str, Any]) -> Tokens:
+    """The counts in an OpenAI-shaped ``usage``: ``prompt_tokens``,
+    ``completion_tokens``, cache reads from ``cache_read_input_tokens`` (the
+    Anthropic upstream's, kept by its decoder) or
+    ``prompt_tokens_details.cached_tokens``, cache writes from
+    ``cache_creation_input_tokens`` or ``prompt_tokens_details.cache_write_tokens``."""
+    details = usage.get("prompt_tokens_details")
+    details = details if isinstance(details, Mapping) else {}
+    return Tokens(_count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")),
+                  _count(usage.get("cache_read_input_tokens"))
+                  or _count(details.get("cached_tokens")),
+                  _count(usage.get("cache_creation_input_tokens"))
+                  or _count(details.get("cache_write_tokens")))
+
+
+def _notes(call: Call, served: Served | None) -> list[str]:
+    """The notes of the request: what its decoding and fitting changed or dropped.
+
+    An answer relayed natively (the client's own body went through) owes
+    nothing to the decoding, so the decoder's notes are left out; the fitting
+    notes are those of the attempt that answered, or of every attempt when
+    none did. Each attempt keeps its own notes too."""
+    notes = [] if served is not None and served.native else list(call.notes)
+    made = [a for a in call.attempts if not a.skipped]
+    if served is not None:
+        made = made[-1:]
+    for a in made:
+        for n in a.notes or ():
+            if n not in notes:
+                notes.append(n)
+    return notes
 
 
 def _outcome(status: int, error: HumpyardError | None, stream_error: str | None) -> str:
@@ -61,7 +109,7 @@ def build_decision(call: Call, *, status: int, served: Served | None,
     def names(step: str) -> list[dict[str, Any]]:
         return [{"target": r.target, "reason": r.reason} for r in removals if r.step == step]
 
-    usage = dict(served.usage) if served and served.usage else {}
+    tokens = token_counts(served.usage) if served and served.usage else None
     d: dict[str, Any] = {
         "request_id": call.request_id,
         "ts": call.ts,
@@ -94,11 +142,11 @@ def build_decision(call: Call, *, status: int, served: Served | None,
         "provider": served.endpoint.provider if served else None,
         "fallback_crossed_classes": _crossed(call),
         "prompt_tokens": plan.prompt_tokens if plan else (facts.prompt_tokens if facts else None),
-        "usage": {"input_tokens": int(usage.get("prompt_tokens", 0) or 0),
-                  "output_tokens": int(usage.get("completion_tokens", 0) or 0)}
-        if usage else None,
+        "usage": {"input_tokens": tokens.input, "output_tokens": tokens.output,
+                  "cache_read_tokens": tokens.cache_read,
+                  "cache_write_tokens": tokens.cache_write} if tokens else None,
         "cost_usd": round(cost_usd, 8),
         "latency_ms": round(latency_ms, 2),
-        "notes": list(call.notes),
+        "notes": _notes(call, served),
     }
     return d

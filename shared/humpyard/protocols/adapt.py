@@ -38,3 +38,63 @@ def drop_reasoning_effort(body: dict[str, Any]) -> tuple[dict[str, Any], str | N
     effort = body["reasoning_effort"]
     rest = {k: v for k, v in body.items() if k != "reasoning_effort"}
     return rest, f"reasoning_effort {effort!r} dropped: the endpoint takes none"
+
+
+def fit_chat(body: dict[str, Any], *, max_output_tokens: int | None,
+             reasoning: bool | None) -> tuple[dict[str, Any], list[str]]:
+    """A chat body fitted to an endpoint's ``max_output_tokens`` and ``reasoning``
+    (False: it takes no ``reasoning_effort``; None: unknown, passed on), with the notes."""
+    notes: list[str] = []
+    if max_output_tokens is not None:
+        body, note = clamp_max_tokens(body, max_output_tokens)
+        if note:
+            notes.append(note)
+    if reasoning is False:
+        body, note = drop_reasoning_effort(body)
+        if note:
+            notes.append(note)
+    return body, notes
+
+
+MIN_THINKING_BUDGET = 1024
+"""Anthropic's smallest ``thinking.budget_tokens``."""
+
+
+def fit_message(body: dict[str, Any], *, max_output_tokens: int | None,
+                reasoning: bool | None) -> tuple[dict[str, Any], list[str]]:
+    """An Anthropic Messages body (passed through to an Anthropic upstream) fitted the
+    same way: ``max_tokens`` clamped, a thinking budget kept below it (Anthropic
+    refuses one that is not: lowered, or dropped under its 1024 minimum), and for
+    ``reasoning = false`` no ``thinking`` and no ``output_config.effort``."""
+    notes: list[str] = []
+    if max_output_tokens is not None:
+        body, note = clamp_max_tokens(body, max_output_tokens)
+        if note:
+            notes.append(note)
+    thinking = body.get("thinking")
+    if reasoning is False:
+        if isinstance(thinking, dict) and thinking.get("type") != "disabled":
+            body = {k: v for k, v in body.items() if k != "thinking"}
+            notes.append(f"thinking {thinking.get('type')!r} dropped: the endpoint takes no "
+                         "reasoning")
+        config = body.get("output_config")
+        if isinstance(config, dict) and "effort" in config:
+            rest = {k: v for k, v in config.items() if k != "effort"}
+            body = {**body, "output_config": rest} if rest else \
+                {k: v for k, v in body.items() if k != "output_config"}
+            notes.append(f"output_config.effort {config['effort']!r} dropped: the endpoint "
+                         "takes no reasoning")
+        return body, notes
+    limit = body.get("max_tokens")
+    budget = thinking.get("budget_tokens") if isinstance(thinking, dict) else None
+    if isinstance(limit, int) and isinstance(budget, int) and budget >= limit:
+        assert isinstance(thinking, dict)
+        if limit - 1 >= MIN_THINKING_BUDGET:
+            body = {**body, "thinking": {**thinking, "budget_tokens": limit - 1}}
+            notes.append(f"thinking.budget_tokens {budget} lowered to {limit - 1}: it must "
+                         "stay below max_tokens")
+        else:
+            body = {k: v for k, v in body.items() if k != "thinking"}
+            notes.append(f"thinking dropped: max_tokens {limit} leaves no room for "
+                         f"Anthropic's {MIN_THINKING_BUDGET}-token minimum budget")
+    return body, notes

@@ -19,6 +19,10 @@ from humpyard.protocols.fields import note
 from humpyard.protocols.reasoning import thinking_for_effort
 from humpyard.protocols.system_fold import fold_system_messages, message_text
 
+ANTHROPIC_VERSION = "2023-06-01"
+"""The ``anthropic-version`` sent to an Anthropic upstream when the client did not
+speak Anthropic Messages itself (a provider's static header replaces it)."""
+
 DEFAULT_MAX_TOKENS = 4096
 """Anthropic requires ``max_tokens``; this is asked for when the chat body has none."""
 

@@ -260,8 +260,9 @@
       windows.length ? windows.map(([name, w]) => windowBar(name, w || {})) : h("p", {class: "muted"}, "No usage windows."));
   }
 
-  // One small horizontal bar chart: a row per group, the value printed at the bar's end.
-  function chart(title, groups, pick, fmt) {
+  // One small horizontal bar chart: a row per group, the value printed at the bar's end;
+  // detail(g), when given, is what hovering a row says instead of the value alone.
+  function chart(title, groups, pick, fmt, detail) {
     const rowH = 22, labelW = 120, barW = 180, valueW = 80;
     const values = groups.map((g) => (typeof pick(g) === "number" ? pick(g) : 0));
     const max = Math.max(...values, 0) || 1;
@@ -277,7 +278,7 @@
             label.length > 17 ? label.slice(0, 16) + "…" : label),
         svg("rect", {x: labelW, y: y + 3, width: w.toFixed(1), height: rowH - 8, rx: 2, class: "bar-rect"}),
         svg("text", {x: labelW + w + 6, y: y + 15, class: "value"}, fmt(pick(g))),
-        svg("title", null, label + ": " + fmt(pick(g))));
+        svg("title", null, label + ": " + (detail ? detail(g) : fmt(pick(g)))));
     });
     return h("figure", {class: "card chart-card"}, h("figcaption", null, title), root);
   }
@@ -295,7 +296,12 @@
       chart("Requests", groups, (g) => g.requests, (v) => num(v)),
       chart("Failure rate", groups, (g) => g.failure_rate, pct),
       chart("p50 latency", groups, (g) => g.p50_latency_ms, (v) => (typeof v === "number" ? ms(v) : "—")),
-      chart("Cost", groups, (g) => g.cost_usd, usd));
+      chart("Cost", groups, (g) => g.cost_usd, usd),
+      // Cache reads over all input tokens: how much of the prompts a provider's cache served.
+      chart("Prompt cache hits", groups, (g) => g.cache_hit_ratio, pct, (g) =>
+        pct(g.cache_hit_ratio) + " · " + num(g.cache_read_tokens || 0) + " of " +
+        num(g.input_tokens || 0) + " input tokens read from cache, " +
+        num(g.cache_write_tokens || 0) + " written"));
   }
 
   function statsParams() {

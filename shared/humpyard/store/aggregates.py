@@ -17,7 +17,10 @@ What is counted, per ``group_by``:
   decision without an ``attempts`` list counts as one request of its own
   ``target``/``provider``, as for routes.
 - ``cost_usd`` and tokens always go to the decision's own route, key,
-  target and provider (the one that served).
+  target and provider (the one that served). Input tokens count every prompt
+  token; ``cache_read_tokens`` and ``cache_write_tokens`` are the part of them
+  read from and written to a provider's prompt cache, and ``cache_hit_ratio``
+  is cache reads over input tokens.
 
 Latency is kept as a fixed log-scale histogram: ``HIST_BUCKETS`` buckets
 from ``HIST_MIN_MS`` to ``HIST_MAX_MS``, each about 1.39 times wider than
@@ -95,6 +98,8 @@ class Aggregate:
     cost_usd: float = 0.0
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
     hist: dict[int, int] = field(default_factory=dict)
 
     def count(self, failed: bool, latency_ms: float | None) -> None:
@@ -109,6 +114,8 @@ class Aggregate:
         self.cost_usd += row.cost_usd or 0.0
         self.input_tokens += row.input_tokens or 0
         self.output_tokens += row.output_tokens or 0
+        self.cache_read_tokens += row.cache_read_tokens or 0
+        self.cache_write_tokens += row.cache_write_tokens or 0
 
     def merge(self, other: Aggregate) -> None:
         self.requests += other.requests
@@ -116,6 +123,8 @@ class Aggregate:
         self.cost_usd += other.cost_usd
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
+        self.cache_read_tokens += other.cache_read_tokens
+        self.cache_write_tokens += other.cache_write_tokens
         for b, n in other.hist.items():
             self.hist[b] = self.hist.get(b, 0) + n
 
@@ -195,6 +204,10 @@ def stats_rows(groups: Mapping[str, Aggregate]) -> list[dict[str, Any]]:
             "cost_usd": round(agg.cost_usd, 6),
             "input_tokens": agg.input_tokens,
             "output_tokens": agg.output_tokens,
+            "cache_read_tokens": agg.cache_read_tokens,
+            "cache_write_tokens": agg.cache_write_tokens,
+            "cache_hit_ratio": round(agg.cache_read_tokens / agg.input_tokens, 4)
+            if agg.input_tokens else 0.0,
         })
     rows.sort(key=lambda r: (-int(r["requests"]), r["key"] or ""))
     return rows

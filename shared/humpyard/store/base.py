@@ -57,7 +57,8 @@ class LedgerStore(Protocol):
       ``refused`` or a refusal code), ``key_id`` (None on an open gateway),
       ``status`` (int), ``target`` and ``provider`` (the ones that served,
       None when nothing did), ``latency_ms``, ``cost_usd``, ``prompt_tokens``
-    - ``usage``: ``{"input_tokens", "output_tokens"}``, or absent/None
+    - ``usage``: ``{"input_tokens", "output_tokens", "cache_read_tokens",
+      "cache_write_tokens"}`` (the cache counts may be absent), or absent/None
     - ``attempts``: a list of ``{"target", "provider", "status",
       "failure_class", "latency_ms", "skipped"}`` (``Attempt.to_dict``)
 
@@ -142,7 +143,8 @@ class LedgerStore(Protocol):
         (attempts, for targets and providers), ``failures``, ``failure_rate``,
         ``p50_latency_ms`` (None without samples; interpolated from a
         log-scale histogram, accurate to within one ~1.39x bucket),
-        ``cost_usd``, ``input_tokens``, ``output_tokens``. Busiest group
+        ``cost_usd``, ``input_tokens``, ``output_tokens``, ``cache_read_tokens``,
+        ``cache_write_tokens``, ``cache_hit_ratio`` (reads over input tokens). Busiest group
         first. Resolution is one hour; the answer is computed from the
         aggregates, never by scanning decisions.
         """

@@ -55,6 +55,8 @@ class DecisionRow:
     has_usage: bool
     input_tokens: int | None
     output_tokens: int | None
+    cache_read_tokens: int | None
+    cache_write_tokens: int | None
     attempts: tuple[AttemptRow, ...] | None
     body: str
 
@@ -124,6 +126,8 @@ def decision_row(decision: Mapping[str, Any]) -> DecisionRow:
         has_usage=isinstance(raw_usage, Mapping),
         input_tokens=_int(usage.get("input_tokens")),
         output_tokens=_int(usage.get("output_tokens")),
+        cache_read_tokens=_int(usage.get("cache_read_tokens")),
+        cache_write_tokens=_int(usage.get("cache_write_tokens")),
         attempts=_attempts(decision.get("attempts")),
         body=body,
     )

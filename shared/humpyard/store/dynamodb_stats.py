@@ -49,7 +49,8 @@ logger = logging.getLogger("humpyard.store")
 
 STATS_SHARDS = 4
 MAX_HOUR = 10**12 - 1
-_COUNTERS = ("requests", "failures", "cost_usd", "input_tokens", "output_tokens")
+_COUNTERS = ("requests", "failures", "cost_usd", "input_tokens", "output_tokens",
+             "cache_read_tokens", "cache_write_tokens")
 
 StatsKey = tuple[str, int, str]  # (group_by, hour, group key)
 
@@ -187,4 +188,6 @@ def _aggregate(item: Item) -> agg.Aggregate:
     return agg.Aggregate(requests=as_int(item, "requests"), failures=as_int(item, "failures"),
                          cost_usd=as_float(item, "cost_usd"),
                          input_tokens=as_int(item, "input_tokens"),
-                         output_tokens=as_int(item, "output_tokens"), hist=hist)
+                         output_tokens=as_int(item, "output_tokens"),
+                         cache_read_tokens=as_int(item, "cache_read_tokens"),
+                         cache_write_tokens=as_int(item, "cache_write_tokens"), hist=hist)

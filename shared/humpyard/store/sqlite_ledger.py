@@ -18,17 +18,21 @@ _INSERT_DECISION = """INSERT INTO decisions (request_id, ts, route, rule, outcom
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
 
 _INSERT_USAGE = """INSERT OR REPLACE INTO usage
-    (request_id, kind, input_tokens, output_tokens, cost_usd, ts)
-    VALUES (?, 'answer', ?, ?, ?, ?)"""
+    (request_id, kind, input_tokens, output_tokens, cost_usd, ts, cache_read_tokens,
+     cache_write_tokens)
+    VALUES (?, 'answer', ?, ?, ?, ?, ?, ?)"""
 
 _UPSERT_BUCKET = """INSERT INTO stats_buckets
-    (dim, hour, gkey, requests, failures, cost_usd, input_tokens, output_tokens)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+    (dim, hour, gkey, requests, failures, cost_usd, input_tokens, output_tokens,
+     cache_read_tokens, cache_write_tokens)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (dim, hour, gkey) DO UPDATE SET
     requests = requests + excluded.requests, failures = failures + excluded.failures,
     cost_usd = cost_usd + excluded.cost_usd,
     input_tokens = input_tokens + excluded.input_tokens,
-    output_tokens = output_tokens + excluded.output_tokens"""
+    output_tokens = output_tokens + excluded.output_tokens,
+    cache_read_tokens = cache_read_tokens + excluded.cache_read_tokens,
+    cache_write_tokens = cache_write_tokens + excluded.cache_write_tokens"""
 
 _UPSERT_LATENCY = """INSERT INTO stats_latency (dim, hour, gkey, bucket, count)
     VALUES (?, ?, ?, ?, ?)
@@ -52,11 +56,17 @@ def write_bucket_totals(conn: sqlite3.Connection,
     """Add summed shares to their hourly buckets (inside the caller's transaction)."""
     shares = totals.items()
     conn.executemany(_UPSERT_BUCKET, [
-        (dim, hour, gkey, a.requests, a.failures, a.cost_usd, a.input_tokens, a.output_tokens)
+        (dim, hour, gkey, a.requests, a.failures, a.cost_usd, a.input_tokens, a.output_tokens,
+         a.cache_read_tokens, a.cache_write_tokens)
         for (dim, hour, gkey), a in shares])
     conn.executemany(_UPSERT_LATENCY, [
         (dim, hour, gkey, bucket, n)
         for (dim, hour, gkey), a in shares for bucket, n in a.hist.items()])
+
+
+def _usage_params(row: dec.DecisionRow) -> tuple[Any, ...]:
+    return (row.request_id, row.input_tokens, row.output_tokens, row.cost_usd, row.ts,
+            row.cache_read_tokens, row.cache_write_tokens)
 
 
 def _decision_params(row: dec.DecisionRow) -> tuple[Any, ...]:
@@ -80,9 +90,7 @@ class SQLiteLedger(SQLiteBase):
                 if recorded:
                     rows = [r for r in rows if r.request_id not in recorded]
                 conn.executemany(_INSERT_DECISION, [_decision_params(r) for r in rows])
-                conn.executemany(_INSERT_USAGE, [
-                    (r.request_id, r.input_tokens, r.output_tokens, r.cost_usd, r.ts)
-                    for r in rows if r.has_usage])
+                conn.executemany(_INSERT_USAGE, [_usage_params(r) for r in rows if r.has_usage])
                 write_bucket_totals(conn, agg.bucket_totals(rows))
             if spend:
                 conn.executemany(_ADD_SPEND, spend)
@@ -95,8 +103,7 @@ class SQLiteLedger(SQLiteBase):
             except sqlite3.IntegrityError as exc:
                 raise ConflictError(f"decision {row.request_id} is already recorded") from exc
             if row.has_usage:
-                conn.execute(_INSERT_USAGE, (row.request_id, row.input_tokens,
-                                             row.output_tokens, row.cost_usd, row.ts))
+                conn.execute(_INSERT_USAGE, _usage_params(row))
             write_stats(conn, row)
 
     def list_decisions(
@@ -157,12 +164,14 @@ class SQLiteLedger(SQLiteBase):
         window = (dim, agg.hour_of(since), until)
         groups: dict[str, agg.Aggregate] = {}
         with self._read() as conn:
-            for gkey, req, fail, cost, tin, tout in conn.execute(
+            for gkey, req, fail, cost, tin, tout, read, wrote in conn.execute(
                     """SELECT gkey, SUM(requests), SUM(failures), SUM(cost_usd),
-                       SUM(input_tokens), SUM(output_tokens) FROM stats_buckets
+                       SUM(input_tokens), SUM(output_tokens), SUM(cache_read_tokens),
+                       SUM(cache_write_tokens) FROM stats_buckets
                        WHERE dim = ? AND hour >= ? AND hour < ? GROUP BY gkey""", window):
                 groups[gkey] = agg.Aggregate(requests=req, failures=fail, cost_usd=cost,
-                                             input_tokens=tin, output_tokens=tout)
+                                             input_tokens=tin, output_tokens=tout,
+                                             cache_read_tokens=read, cache_write_tokens=wrote)
             for gkey, bucket, count in conn.execute(
                     """SELECT gkey, bucket, SUM(count) FROM stats_latency
                        WHERE dim = ? AND hour >= ? AND hour < ? GROUP BY gkey, bucket""",

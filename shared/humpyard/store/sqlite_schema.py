@@ -9,6 +9,7 @@ guessed at. Never edit a released migration; append a new one.
 - v1: decisions, usage, spend, overrides and their audit.
 - v2: hourly stats aggregates, backfilled from the decisions already stored.
 - v3: quota snapshots and history.
+- v4: prompt-cache token counts (reads, writes) on usage rows and stats buckets.
 
 The decision and usage columns are a public interface: operators query
 them with the sqlite3 shell (docs/operations.md, "Tuning the prompt estimate").
@@ -22,8 +23,8 @@ import sqlite3
 from collections.abc import Callable
 
 from humpyard.errors import StoreError
+from humpyard.store.aggregates import bucket_totals
 from humpyard.store.decisions import decision_row
-from humpyard.store.sqlite_ledger import write_stats
 
 logger = logging.getLogger("humpyard.store")
 
@@ -61,16 +62,36 @@ V1: tuple[Step, ...] = (
 )
 
 
+# The stats columns as v2 made them (later migrations add columns after it runs).
+_V2_BUCKET = """INSERT INTO stats_buckets
+    (dim, hour, gkey, requests, failures, cost_usd, input_tokens, output_tokens)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (dim, hour, gkey) DO UPDATE SET
+    requests = requests + excluded.requests, failures = failures + excluded.failures,
+    cost_usd = cost_usd + excluded.cost_usd,
+    input_tokens = input_tokens + excluded.input_tokens,
+    output_tokens = output_tokens + excluded.output_tokens"""
+_V2_LATENCY = """INSERT INTO stats_latency (dim, hour, gkey, bucket, count)
+    VALUES (?, ?, ?, ?, ?)
+    ON CONFLICT (dim, hour, gkey, bucket) DO UPDATE SET count = count + excluded.count"""
+
+
 def _backfill_stats(conn: sqlite3.Connection) -> None:
     """Fold the decisions a v1 ledger holds into the new aggregates."""
     skipped = 0
+    rows = []
     for (body,) in conn.execute("SELECT body FROM decisions").fetchall():
         try:
-            row = decision_row(json.loads(body))
+            rows.append(decision_row(json.loads(body)))
         except ValueError:
             skipped += 1
-            continue
-        write_stats(conn, row)
+    totals = bucket_totals(rows).items()
+    conn.executemany(_V2_BUCKET, [
+        (dim, hour, gkey, a.requests, a.failures, a.cost_usd, a.input_tokens, a.output_tokens)
+        for (dim, hour, gkey), a in totals])
+    conn.executemany(_V2_LATENCY, [(dim, hour, gkey, bucket, n)
+                                   for (dim, hour, gkey), a in totals
+                                   for bucket, n in a.hist.items()])
     if skipped:
         logger.warning("stats backfill skipped %d unreadable decisions", skipped)
 
@@ -99,7 +120,14 @@ V3: tuple[Step, ...] = (
     "CREATE INDEX quota_history_ts ON quota_history (ts)",
 )
 
-MIGRATIONS: tuple[tuple[int, tuple[Step, ...]], ...] = ((1, V1), (2, V2), (3, V3))
+V4: tuple[Step, ...] = (
+    "ALTER TABLE usage ADD COLUMN cache_read_tokens INTEGER",
+    "ALTER TABLE usage ADD COLUMN cache_write_tokens INTEGER",
+    "ALTER TABLE stats_buckets ADD COLUMN cache_read_tokens INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE stats_buckets ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0",
+)
+
+MIGRATIONS: tuple[tuple[int, tuple[Step, ...]], ...] = ((1, V1), (2, V2), (3, V3), (4, V4))
 LATEST = MIGRATIONS[-1][0]
 
 

@@ -1,4 +1,4 @@
-"""Calling an OpenAI-compatible upstream: one pooled client, failures as types.
+"""Calling an upstream: one pooled client, failures as types.
 
 ``UpstreamClient.open()`` sends one request to one endpoint and returns an
 ``UpstreamResponse`` whose body has not been read yet (the executor decides
@@ -28,6 +28,7 @@ from urllib.parse import quote, urlsplit
 
 from humpyard import __version__
 from humpyard.config.spec import Config, ProviderSpec
+from humpyard.protocols.anthropic_upstream import ANTHROPIC_VERSION
 from humpyard.upstream.dial import Origin
 from humpyard.upstream.encoding import Decoder, decoder_for
 from humpyard.upstream.errors import DecodingFailure, TransportFailure, UnsupportedURL
@@ -133,13 +134,20 @@ def _header_map(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
 
 
 def _request_headers(provider: ProviderSpec, extra: dict[str, str] | None) -> dict[str, str]:
+    """The head of a call: ours, the provider's static headers, ``extra``, then the
+    key as the provider's protocol wants it (``x-api-key`` for Anthropic, else
+    ``Authorization: Bearer``; never both)."""
     headers = {"content-type": "application/json", "accept": "application/json",
                "accept-encoding": ACCEPT_ENCODING, "user-agent": USER_AGENT}
+    anthropic = provider.protocol == "anthropic"
+    if anthropic:
+        headers["anthropic-version"] = ANTHROPIC_VERSION
     headers.update((k.lower(), v) for k, v in provider.headers)
     if extra:
         headers.update(extra)
     if provider.api_key:
-        headers["authorization"] = f"Bearer {provider.api_key}"
+        headers["x-api-key" if anthropic else "authorization"] = \
+            provider.api_key if anthropic else f"Bearer {provider.api_key}"
     return headers
 
 
@@ -179,7 +187,7 @@ class UpstreamClient:
         self.proxies = ProxyRules(self._env)
         self.slots = Slots(metrics=metrics)
         self._http: httpx.AsyncClient | None = None
-        self._heads: dict[tuple[int, str], _Head] = {}
+        self._heads: dict[tuple[Any, ...], _Head] = {}
         self._providers: dict[tuple[str, str, int], ProviderSpec] = {}
 
     def configure(self, config: Config) -> None:
@@ -225,9 +233,12 @@ class UpstreamClient:
 
     def _head(self, provider: ProviderSpec, path: str,
               extra_headers: dict[str, str] | None) -> _Head:
-        key = (id(provider), path)
+        # Per-request headers (an Anthropic client's version and betas) take a few
+        # values, so their heads are cached too, keyed by them.
+        key: tuple[Any, ...] = (id(provider), path) if not extra_headers else \
+            (id(provider), path, *extra_headers.items())
         got = self._heads.get(key)
-        if got is not None and got[0] is provider and not extra_headers:
+        if got is not None and got[0] is provider:
             return got
         parts = urlsplit(provider.base_url + path)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -250,10 +261,9 @@ class UpstreamClient:
         timeouts = Timeouts(provider.connect_timeout_secs, provider.timeout_secs,
                             provider.timeout_secs)
         head = (provider, origin, prefix, timeouts)
-        if not extra_headers:
-            if len(self._heads) >= MAX_CACHED_HEADS:  # providers replaced by reloads
-                self._heads.clear()
-            self._heads[key] = head
+        if len(self._heads) >= MAX_CACHED_HEADS:  # providers replaced by reloads
+            self._heads.clear()
+        self._heads[key] = head
         return head
 
     async def open(self, provider: ProviderSpec, path: str, body: bytes, *,
