@@ -57,6 +57,9 @@ def validate_chat(body: Any) -> dict[str, Any]:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise RequestError("stream: must be a boolean")
+    stream_options = body.get("stream_options")
+    if stream_options is not None and not isinstance(stream_options, dict):
+        raise RequestError("stream_options: must be an object")
     tools = body.get("tools")
     if tools is not None:
         if not isinstance(tools, list):
