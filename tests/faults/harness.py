@@ -114,8 +114,13 @@ class Drill:
                 resp.read()
         return Sent(resp, time.monotonic() - started, lines)
 
-    def decision(self, request_id: str) -> dict[str, Any]:
-        r = self.http.get(f"/v1/decisions/{request_id}")
+    def decision(self, request_id: str, timeout: float = 10.0) -> dict[str, Any]:
+        """The decision recorded for ``request_id``, once it is: a request is recorded
+        after its answer went out, a stream's after its last event."""
+        deadline = time.monotonic() + timeout
+        while (r := self.http.get(f"/v1/decisions/{request_id}")).status_code == 404 \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert r.status_code == 200, r.text
         return r.json()  # type: ignore[no-any-return]
 
