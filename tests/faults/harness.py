@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from humpyard.clock import Clock
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway import Running, running_gateway
 
@@ -140,11 +141,13 @@ class Drill:
 
 
 @contextmanager
-def drill(a: FakeUpstream | str, b: FakeUpstream, h: FakeUpstream,
-          **config: Any) -> Iterator[Drill]:
-    """Serve ``drill_config`` in front of the three upstreams (``a`` may be a URL)."""
+def drill(a: FakeUpstream | str, b: FakeUpstream, h: FakeUpstream, *,
+          clock: Clock | None = None, **config: Any) -> Iterator[Drill]:
+    """Serve ``drill_config`` in front of the three upstreams (``a`` may be a URL),
+    on ``clock`` (default: the system's)."""
     a_url = a if isinstance(a, str) else a.url
-    with running_gateway(drill_config(a_url, b.url, h.url, **config)) as running:
+    with running_gateway(drill_config(a_url, b.url, h.url, **config),
+                         clock=clock) as running:
         d = Drill(running)
         try:
             yield d
