@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import select
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -96,6 +98,18 @@ class CloseAfter(Step):
 
     async def respond(self, ex: Exchange) -> bool:
         await self.then.respond(ex)
+        return False
+
+
+@dataclass(frozen=True)
+class CloseWhen(Step):
+    """Answer ``ok()``, then close the connection once ``signal`` is set."""
+
+    signal: threading.Event
+
+    async def respond(self, ex: Exchange) -> bool:
+        await ok().respond(ex)
+        await asyncio.to_thread(self.signal.wait, 10)
         return False
 
 
@@ -260,6 +274,28 @@ def test_idle_connection_closed_by_upstream_is_discarded(up: FakeUpstream) -> No
         assert not conn.usable()
         assert (await c.post(up.url + CHAT, json=chat())).status_code == 200
         assert t.connects == 2 and len(t.connections) == 1
+    run(test)
+    assert len(up.requests) == 2
+
+
+def test_an_idle_connection_closed_before_the_loop_saw_it_is_not_written_to(
+        up: FakeUpstream) -> None:
+    # A busy gateway's loop can take a pooled connection whose close (an upstream's
+    # idle timeout, just then) is in the socket but not delivered yet. Written to,
+    # it fails, and a request that was written is never re-sent.
+    close = threading.Event()
+    up.script(CloseWhen(close))
+
+    async def test(c: httpx.AsyncClient, t: FastTransport) -> None:
+        assert (await c.post(up.url + CHAT, json=chat())).status_code == 200
+        [conn] = t.connections
+        assert conn.usable()
+        close.set()
+        fd = conn.transport.get_extra_info("socket").fileno()
+        assert select.select([fd], [], [], 10)[0] == [fd]  # the FIN is in; no loop turn
+        assert conn.usable()  # as far as the loop knows
+        assert (await c.post(up.url + CHAT, json=chat())).status_code == 200
+        assert t.connects == 2
     run(test)
     assert len(up.requests) == 2
 
