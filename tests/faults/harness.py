@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from humpyard.clock import Clock
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway import Running, running_gateway
 
@@ -114,8 +115,13 @@ class Drill:
                 resp.read()
         return Sent(resp, time.monotonic() - started, lines)
 
-    def decision(self, request_id: str) -> dict[str, Any]:
-        r = self.http.get(f"/v1/decisions/{request_id}")
+    def decision(self, request_id: str, timeout: float = 10.0) -> dict[str, Any]:
+        """The decision recorded for ``request_id``, once it is: a request is recorded
+        after its answer went out, a stream's after its last event."""
+        deadline = time.monotonic() + timeout
+        while (r := self.http.get(f"/v1/decisions/{request_id}")).status_code == 404 \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert r.status_code == 200, r.text
         return r.json()  # type: ignore[no-any-return]
 
@@ -135,11 +141,13 @@ class Drill:
 
 
 @contextmanager
-def drill(a: FakeUpstream | str, b: FakeUpstream, h: FakeUpstream,
-          **config: Any) -> Iterator[Drill]:
-    """Serve ``drill_config`` in front of the three upstreams (``a`` may be a URL)."""
+def drill(a: FakeUpstream | str, b: FakeUpstream, h: FakeUpstream, *,
+          clock: Clock | None = None, **config: Any) -> Iterator[Drill]:
+    """Serve ``drill_config`` in front of the three upstreams (``a`` may be a URL),
+    on ``clock`` (default: the system's)."""
     a_url = a if isinstance(a, str) else a.url
-    with running_gateway(drill_config(a_url, b.url, h.url, **config)) as running:
+    with running_gateway(drill_config(a_url, b.url, h.url, **config),
+                         clock=clock) as running:
         d = Drill(running)
         try:
             yield d

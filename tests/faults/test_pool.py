@@ -13,6 +13,10 @@ stays checked out.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 from humpyard.config import load_config_text
 from humpyard.upstream.client import UpstreamClient
@@ -20,7 +24,7 @@ from tests.support.fake_upstream import FakeUpstream
 from tests.support.steps import delay
 
 BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
-TURNS = 40  # more event-loop steps than one loopback call takes
+DEADLINE = 60.0  # seconds for a sweep; a loaded machine takes far less
 
 
 def provider(url: str):
@@ -49,18 +53,40 @@ async def cancel_after(turns: int, coro) -> object:
     return result
 
 
+async def cancel_at_every_step(start: Callable[[], Awaitable[Coroutine[Any, Any, object]]],
+                               after: Callable[[int, object], Awaitable[None]]) -> None:
+    """Cancel the coroutine ``start()`` gives after 0, 1, 2, ... event-loop steps,
+    calling ``after(turns, result)`` each time, until one run ends before its cancel:
+    every step of a whole call has then been cancelled once. The upstream answers
+    from its own thread, so how many steps that takes depends on when that thread
+    gets a CPU: it is not a constant.
+    """
+    deadline = time.monotonic() + DEADLINE
+    for turns in itertools.count():
+        result = await cancel_after(turns, await start())
+        await after(turns, result)
+        if not isinstance(result, BaseException):
+            return
+        assert isinstance(result, asyncio.CancelledError), f"after {turns} steps: {result!r}"
+        assert time.monotonic() < deadline, f"no call ended within {turns} steps"
+
+
 def test_cancelling_open_at_any_step_leaves_no_connection_checked_out():
     async def main() -> None:
         with FakeUpstream() as up:
             p = provider(up.url)
             client = UpstreamClient()
+
+            async def after(turns: int, result: object) -> None:
+                if not isinstance(result, BaseException):  # answered before the cancel
+                    await result.aclose()  # type: ignore[attr-defined]
+                assert checked_out(client) == [], f"cancelled after {turns} steps"
+
+            async def start() -> Coroutine[Any, Any, object]:
+                return client.open(p, "/chat/completions", BODY)
+
             try:
-                for turns in range(TURNS):
-                    result = await cancel_after(turns, client.open(p, "/chat/completions",
-                                                                   BODY))
-                    if not isinstance(result, BaseException):  # answered before the cancel
-                        await result.aclose()  # type: ignore[attr-defined]
-                    assert checked_out(client) == [], f"cancelled after {turns} steps"
+                await cancel_at_every_step(start, after)
                 assert up.requests
             finally:
                 await client.aclose()
@@ -72,12 +98,20 @@ def test_cancelling_a_body_read_at_any_step_leaves_no_connection_checked_out():
         with FakeUpstream() as up:
             p = provider(up.url)
             client = UpstreamClient()
+            responses = []
+
+            async def start() -> Coroutine[Any, Any, object]:
+                resp = await client.open(p, "/chat/completions", BODY)  # never cancelled
+                responses.append(resp)
+                return resp.read()
+
+            async def after(turns: int, result: object) -> None:
+                if responses:
+                    await responses.pop().aclose()
+                assert checked_out(client) == [], f"cancelled after {turns} steps"
+
             try:
-                for turns in range(TURNS):
-                    resp = await client.open(p, "/chat/completions", BODY)
-                    await cancel_after(turns, resp.read())
-                    await resp.aclose()
-                    assert checked_out(client) == [], f"cancelled after {turns} steps"
+                await cancel_at_every_step(start, after)
             finally:
                 await client.aclose()
     asyncio.run(main())

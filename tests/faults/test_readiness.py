@@ -16,6 +16,7 @@ import time
 
 import httpx
 
+from humpyard.clock import FakeClock
 from tests.faults.harness import MSG, drill
 from tests.faults.steps import Hold
 
@@ -39,11 +40,15 @@ def readiness_of(d, provider: str) -> str:
 
 def test_unready_is_skipped_without_a_call_and_readmitted(ups):
     a, b, h = ups
-    with drill(a, b, h, a_extra='health_path = "/health"', extra=READINESS) as d:
+    # Probe answers age on the gateway's clock: only advance() moves it, so the
+    # answers checked below cannot expire while a loaded machine runs the test.
+    clock = FakeClock()
+    with drill(a, b, h, a_extra='health_path = "/health"', extra=READINESS,
+               clock=clock) as d:
         assert d.chat("r").response.headers["x-humpyard-target"] == "first"
 
         a.health_status = 503
-        time.sleep(INTERVAL + 0.05)  # the good answer expires
+        clock.advance(INTERVAL + 0.05)  # the good answer expires
         sent = d.chat("r")
         assert sent.status == 200 and sent.response.headers["x-humpyard-target"] == "second"
         dec = d.decision(sent.request_id)
@@ -58,7 +63,7 @@ def test_unready_is_skipped_without_a_call_and_readmitted(ups):
         assert view.state == "healthy" and view.consecutive_failures == 0
 
         a.health_status = 200
-        time.sleep(INTERVAL + 0.05)  # the bad answer expires
+        clock.advance(INTERVAL + 0.05)  # the bad answer expires
         assert d.chat("r").response.headers["x-humpyard-target"] == "first"
         assert readiness_of(d, "a") == "ready"
         d.assert_serving()

@@ -26,6 +26,7 @@ from humpyard.gateway import Gateway
 from humpyard.http.app import create_app
 from humpyard.store import SQLiteStore
 from tests.faults.harness import MSG, drill_config
+from tests.support.gateway import wait_recorded
 from tests.support.servers import ServerThread
 from tests.support.steps import status
 
@@ -111,7 +112,7 @@ def test_requests_succeed_and_every_lost_decision_is_logged(broken, caplog):
     assert [r.status_code for r in sent] == [200, 200, 200, 400, 404, 200]
     assert sent[0].headers["x-humpyard-target"] == "second"
     assert lines[-1] == "data: [DONE]"
-    assert gw.writer.flush(timeout=5)
+    wait_recorded(gw, len(sent))  # the stream's record comes after its last event
 
     outcomes = {r.headers["x-humpyard-request-id"]: unsaved(caplog.records,
                                                              r.headers["x-humpyard-request-id"])

@@ -247,6 +247,13 @@ def test_absurd_numbers_on_the_openai_path_are_400(gw, field, value, contains):
     refused(gw, CHAT, 400, contains, json_body={"model": "r", "messages": MSG, field: value})
 
 
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize("value", ["include_usage", [["include_usage", True, 1]], 7])
+def test_stream_options_that_is_not_an_object_is_400(gw, stream, value):
+    refused(gw, CHAT, 400, "stream_options: must be an object", json_body={
+        "model": "r", "messages": MSG, "stream": stream, "stream_options": value})
+
+
 @pytest.mark.parametrize("field,value,contains", [
     ("max_tokens", BIG, f"is over the limit of {anthropic.MAX_TOKENS_LIMIT}"),
     ("max_tokens", anthropic.MAX_TOKENS_LIMIT + 1, "is over the limit of"),

@@ -506,6 +506,7 @@ def test_stream_fails_over_before_first_content(gw, ups, first_step):
     assert headers["x-humpyard-target"] == "second"
     assert headers["x-humpyard-provider"] == "b"
     assert len(a.requests_to(CHAT)) == 1 and len(b.requests_to(CHAT)) == 1
+    gw.recorded(1)
     [decision] = gw.decisions()
     assert decision["target"] == "second"
 

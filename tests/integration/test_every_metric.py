@@ -94,7 +94,7 @@ def test_a_served_request() -> None:
 endpoints = [{ provider = "p", model = "m" }]
 """) as gw:
         assert chat(gw, "t").status_code == 200
-        assert gw.gw.writer.flush(5)
+        gw.recorded(1)
         m = scrape(gw)
     assert m['humpyard_requests_total{route="t",target="t",status="200"}'] == 1
     assert m["humpyard_ledger_batch_size_count"] >= 1
@@ -225,7 +225,7 @@ budget = { usd = 10.0, period = "day" }
         with gw.client(authorization="Bearer k-ci") as c:
             r = c.post("/v1/chat/completions", json={"model": "paid", "messages": MSG})
         assert r.status_code == 200
-        assert gw.gw.writer.flush(5)
+        gw.recorded(1)
         gw.gw.invalidate()
         m = scrape(gw)
     assert m['humpyard_budget_spend_usd{key="ci"}'] == 2.0
@@ -238,7 +238,7 @@ endpoints = [{ provider = "p", model = "m" }]
 """) as gw:
         gw.gw.store.close()  # every write from now on fails
         assert chat(gw, "t").status_code == 200  # the answer does not depend on the ledger
-        assert gw.gw.writer.flush(5)
+        gw.recorded(1)
         m = scrape(gw)
     assert m['humpyard_ledger_lost_total{kind="decision",reason="error"}'] == 1
 

@@ -247,6 +247,7 @@ def test_stream_broken_after_first_content_does_not_fail_over(ups):
         # the stream ends with an error event the SDKs raise on, not a silent cut
         assert '"code": "stream_broken"' in got[-1] or '"code":"stream_broken"' in got[-1]
         assert b.requests == []
+        gw.recorded(1)
         [d] = gw.decisions()
         assert d["outcome"] == "stream_broken"
 
@@ -260,6 +261,7 @@ def test_upstream_error_event_after_content_is_recorded_as_broken(ups):
         with pytest.raises(openai.APIError, match="mid-stream"):
             for _ in stream:
                 pass
+        gw.recorded(1)
         [d] = gw.decisions()
         assert d["outcome"] == "stream_broken" and "mid-stream" in d["error"]
 

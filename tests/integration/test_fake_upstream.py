@@ -1,12 +1,16 @@
-"""The test servers on real sockets: FakeUpstream steps and ServerThread.
+"""The test servers on real sockets: FakeUpstream steps, ServerThread, Listener.
 
 Each FakeUpstream step is checked with httpx (and the OpenAI SDK where the
-chunk format matters); ServerThread is checked serving the simulator.
+chunk format matters); ServerThread is checked serving the simulator; the
+``Listener`` the threaded servers accept with is checked closing mid-accept.
 """
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -31,6 +35,7 @@ from tests.support import (
     stream_then_stall,
     tool_call,
 )
+from tests.support.listener import Listener
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 STREAM = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
@@ -247,3 +252,28 @@ def test_server_thread_serves_the_simulator_to_the_sdk() -> None:
     assert chunks[-1].usage is not None
     assert [m.id for m in models.data] == ["sim-model"]
     assert threading.active_count() == before
+
+
+def test_a_listener_closed_mid_accept_closes_every_accepted_connection() -> None:
+    """Connections accepted in the loop tick before ``close()`` are closed by it.
+
+    ``asyncio.Server`` leaks exactly these (CPython gh-109564): their transports
+    stay open until the GC finds them, as a ResourceWarning in a later test.
+    """
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+
+    async def main() -> list[socket.socket]:
+        listener = Listener(handler).start()
+        clients = [socket.create_connection(("127.0.0.1", listener.port), timeout=5)
+                   for _ in range(3)]  # loopback: connected (in the backlog) on return
+        await asyncio.sleep(0)  # next tick: the listening socket's callback accepts them
+        await asyncio.sleep(0)  # and close() comes before their handlers' first step
+        await listener.close()
+        return clients
+
+    clients = asyncio.run(main())
+    gc.collect()  # a transport left open warns now, in this test
+    for c in clients:
+        with c:
+            assert c.recv(1) == b""  # closed by the server (the timeout is the deadline)

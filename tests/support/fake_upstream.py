@@ -35,6 +35,7 @@ import json
 import threading
 from typing import Any, NamedTuple
 
+from tests.support.listener import Listener
 from tests.support.steps import Exchange, Status, Step, ok
 
 
@@ -108,7 +109,6 @@ class FakeUpstream:
         self._error: BaseException | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
         self.port = port
 
     # -- lifecycle -----------------------------------------------------------
@@ -194,19 +194,13 @@ class FakeUpstream:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
-        server = await asyncio.start_server(self._on_connection, "127.0.0.1", self.port,
-                                            limit=1 << 22)
-        self.port = server.sockets[0].getsockname()[1]
+        listener = Listener(self._on_connection, "127.0.0.1", self.port, limit=1 << 22)
+        self.port = listener.start().port
         self._started.set()
         try:
             await self._stopping.wait()
         finally:
-            server.close()
-            tasks = list(self._tasks)
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await server.wait_closed()
+            await listener.close()  # cancels stalls and delays, closes every connection
 
     def _accept(self, request: RecordedRequest) -> tuple[Step, int]:
         with self._cond:
@@ -222,9 +216,6 @@ class FakeUpstream:
 
     async def _on_connection(self, reader: asyncio.StreamReader,
                              writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
         # With no write buffer, drain() returns only once bytes reached the kernel,
         # so a later drop cannot lose what a step meant to send.
         writer.transport.set_write_buffer_limits(0)
@@ -243,7 +234,6 @@ class FakeUpstream:
         except asyncio.CancelledError:
             pass  # stop(): end quietly, the finally below closes the socket
         finally:
-            self._tasks.discard(task)
             writer.transport.abort()
             writer.close()
 

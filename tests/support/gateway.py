@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,7 +40,27 @@ class Running:
             r.raise_for_status()
             return r.json()["decisions"]  # type: ignore[no-any-return]
 
+    def recorded(self, count: int, timeout: float = 10.0) -> None:
+        """``wait_recorded(self.gw, count, timeout)``."""
+        wait_recorded(self.gw, count, timeout)
+
     _auth: dict[str, str] = None  # type: ignore[assignment]
+
+
+def wait_recorded(gw: Gateway, count: int, timeout: float = 10.0) -> None:
+    """Wait until ``gw`` has recorded ``count`` client requests in all, and its ledger
+    writer has written them; fail after ``timeout`` seconds.
+
+    The gateway records a request after its answer has gone out (recording never
+    delays an answer), so a client holding a whole answer, a stream's last event
+    above all, can be ahead of the record. Read the ledger, the request log or the
+    metrics only after this. ``humpyard_requests_total`` moves once per record.
+    """
+    deadline = time.monotonic() + timeout
+    while (done := sum(gw.metrics.requests.samples().values())) < count:
+        assert time.monotonic() < deadline, f"{done} of {count} requests recorded"
+        time.sleep(0.005)
+    assert gw.writer.flush(max(0.0, deadline - time.monotonic())), "the ledger writer lags"
 
 
 def config_from(text: str, env: Mapping[str, str] | None = None) -> Config:

@@ -16,8 +16,9 @@ import asyncio
 import base64
 import contextlib
 import threading
-from typing import Any
 from urllib.parse import urlsplit
+
+from tests.support.listener import Listener
 
 
 class ForwardProxy:
@@ -31,7 +32,6 @@ class ForwardProxy:
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
 
     @property
     def url(self) -> str:
@@ -56,16 +56,13 @@ class ForwardProxy:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = server.sockets[0].getsockname()[1]
+        listener = Listener(self._serve, "127.0.0.1", 0)
+        self.port = listener.start().port
         self._ready.set()
         try:
             await self._stop.wait()
         finally:
-            server.close()
-            for t in list(self._tasks):
-                t.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await listener.close()
 
     def _authorized(self, auth: str | None) -> bool:
         if self.credentials is None:
@@ -74,9 +71,6 @@ class ForwardProxy:
         return auth == want
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
         up_writer: asyncio.StreamWriter | None = None
         try:
             while True:  # absolute-form requests keep the client's connection alive
@@ -130,7 +124,6 @@ class ForwardProxy:
                 ValueError):
             pass
         finally:
-            self._tasks.discard(task)
             writer.transport.abort()
             if up_writer is not None:
                 up_writer.transport.abort()

@@ -25,7 +25,8 @@ import struct
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from tests.support.listener import Listener
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,6 @@ class RawServer:
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
 
     @property
     def url(self) -> str:
@@ -76,21 +76,15 @@ class RawServer:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        server = await asyncio.start_server(self._serve, self.host, 0, ssl=self._ssl)
-        self.port = server.sockets[0].getsockname()[1]
+        listener = Listener(self._serve, self.host, 0, ssl_context=self._ssl)
+        self.port = listener.start().port
         self._ready.set()
         try:
             await self._stop.wait()
         finally:
-            server.close()
-            for t in list(self._tasks):
-                t.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await listener.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
         n = 0
         try:
             while True:
@@ -128,5 +122,4 @@ class RawServer:
         except (asyncio.CancelledError, ConnectionError, ssl.SSLError):
             pass
         finally:
-            self._tasks.discard(task)
             writer.transport.abort()

@@ -12,6 +12,7 @@ Failures become ``TransportFailure``s of the right class (``upstream/errors.py``
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -41,8 +42,9 @@ def _wake(fut: asyncio.Future[None] | None) -> None:
 class Conn(asyncio.Protocol):
     """One keep-alive connection; ``addr`` (host:port) names it in every failure."""
 
-    def __init__(self, addr: str):
+    def __init__(self, addr: str, sock: socket.socket | None = None):
         self.addr = addr
+        self.sock = sock  # the connected socket under the transport (and TLS)
         self.transport: asyncio.Transport | None = None
         self.parser: ResponseParser | None = None
         self.failure: TransportFailure | None = None
@@ -110,6 +112,25 @@ class Conn(asyncio.Protocol):
         """Whether an idle connection can carry another request."""
         t = self.transport
         return not (self.closed or self.unsolicited or t is None or t.is_closing())
+
+    def stale(self) -> bool:
+        """Whether the socket holds what the loop has not delivered yet: the
+        upstream's close (FIN or reset) or bytes nobody asked for.
+
+        Asked of an idle connection as it is taken: on a busy loop an upstream's
+        idle timeout can close it before ``eof_received`` runs, and a request
+        written to it then fails and is never re-sent. One non-blocking peek.
+        """
+        sock = self.sock
+        if sock is None:
+            return False
+        try:
+            sock.recv(1, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return False  # nothing waiting: the usual case
+        except OSError:
+            return True  # reset
+        return True  # b"" is the close; anything else was not asked for
 
     def is_closed(self) -> bool:
         t = self.transport

@@ -191,7 +191,7 @@ async def dial(origin: Origin, timeout: float | None,
 
 async def _handshake(origin: Origin, sock: socket.socket,
                      context: Callable[[TLSOptions | None], ssl.SSLContext]) -> Conn:
-    conn = Conn(origin.address)
+    conn = Conn(origin.address, sock)
     try:
         return await _set_up(origin, sock, conn, context)
     except BaseException:  # failed or cancelled half-way: nothing stays open

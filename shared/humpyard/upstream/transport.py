@@ -7,7 +7,8 @@ unread ``Body``. Per ``Origin`` (scheme, host, port, proxy, TLS settings) a LIFO
 list of idle keep-alive connections (up to ``max_idle_per_origin``: LLM traffic
 holds hundreds of calls per origin at once, and every connection dropped when
 they end is one to dial again when they come back); one found closed by the upstream, idle past
-``keepalive_expiry``, or sent bytes nobody asked for is dropped when taken.
+``keepalive_expiry``, or sent bytes nobody asked for is dropped when taken (closed
+counts even when only the socket knows yet: ``Conn.stale``).
 Framing is httptools' parser (``upstream/framing.py``); connecting, proxies and
 TLS are ``upstream/dial.py``. A request that failed after it was written is
 never re-sent (docs/health.md, "Never-delivered re-sends"). Every failure is a
@@ -95,7 +96,8 @@ class FastTransport:
         idle = self._idle.get(origin)
         while idle:
             conn = idle.pop()
-            if now - conn.idle_since < self.keepalive_expiry and conn.usable():
+            if now - conn.idle_since < self.keepalive_expiry and conn.usable() \
+                    and not conn.stale():
                 conn.busy = True
                 return conn
             self._drop(conn)
