@@ -202,8 +202,6 @@ def test_the_cost_table_in_deploy_md_is_what_was_measured(
     table = cost_table.render(measured, log_bytes=logs["bytes"])
     if os.environ.get("HUMPYARD_WRITE_COST_TABLE"):
         cost_table.write(table)
-    with capsys.disabled():
-        print("\n" + table)
     problems = cost_table.compare(cost_table.read(), table)
     assert not problems, ("docs/deploy.md's cost table is not what was measured "
                           "(HUMPYARD_WRITE_COST_TABLE=1 rewrites it):\n"
