@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from collections.abc import Iterable
 from typing import IO, TYPE_CHECKING
 
@@ -61,7 +62,7 @@ class MetricsCadence:
     ``after_request()`` is called once per flushed request (or boundary refusal);
     ``print_all()`` prints everything now (the scheduled poller);
     ``print_pending()`` prints what is waiting (shutdown). Each returns the number
-    of EMF records printed. Not thread-safe: an instance flushes one request at a time.
+    of EMF records printed; one runs at a time (a shutdown may meet a request's flush).
     """
 
     def __init__(self, metrics: Metrics, out: IO[str] | None, clock: Clock, *, namespace: str,
@@ -78,6 +79,7 @@ class MetricsCadence:
         self._printed_at: float | None = None  # monotonic time of that print
         self._gauges_at: float | None = None
         self._alarmed_seen: dict[str, float] = {}
+        self._lock = threading.RLock()
 
     def gauges_due(self) -> bool:
         """Whether this flush prints the gauges (refresh them first if so)."""
@@ -86,35 +88,39 @@ class MetricsCadence:
 
     def after_request(self) -> int:
         """One request is done: print what is due."""
-        now = self.clock.monotonic()
-        if self.pending == 0:
-            self._opened_at = self.clock.now()
-        self.pending += 1
-        printed = 0
-        if self.gauges_due():
-            printed += self._print_gauges()
-        if (self._printed_at is None or self.pending >= MAX_PENDING
-                or now - self._printed_at >= self.interval_secs):
-            return printed + self.print_pending()
-        moved = [m for m in self._alarmed() if self._moved(m)]
-        if moved:
-            printed += self._print(moved, self._stamp())
-        return printed
+        with self._lock:
+            now = self.clock.monotonic()
+            if self.pending == 0:
+                self._opened_at = self.clock.now()
+            self.pending += 1
+            printed = 0
+            if self.gauges_due():
+                printed += self._print_gauges()
+            if (self._printed_at is None or self.pending >= MAX_PENDING
+                    or now - self._printed_at >= self.interval_secs):
+                return printed + self.print_pending()
+            moved = [m for m in self._alarmed() if self._moved(m)]
+            if moved:  # stamped now: an alarm's minute is the one it happened in
+                printed += self._print(moved, self.clock.now())
+            return printed
 
     def print_pending(self) -> int:
         """Print every counter and histogram that moved since the last print."""
-        stamp = self._stamp()
-        self._printed_at = self.clock.monotonic()
-        self.pending = 0
-        self._opened_at = None
-        printed = self._print([m for m in self.metrics.collect() if m.kind != "gauge"], stamp)
-        for m in self._alarmed():
-            self._alarmed_seen[m.name] = _total(m)
-        return printed
+        with self._lock:
+            stamp = self._stamp()
+            self._printed_at = self.clock.monotonic()
+            self.pending = 0
+            self._opened_at = None
+            printed = self._print([m for m in self.metrics.collect() if m.kind != "gauge"],
+                                  stamp)
+            for m in self._alarmed():
+                self._alarmed_seen[m.name] = _total(m)
+            return printed
 
     def print_all(self) -> int:
         """Print the gauges and everything pending (the poller, once a run)."""
-        return self._print_gauges() + self.print_pending()
+        with self._lock:
+            return self._print_gauges() + self.print_pending()
 
     # -- internals --------------------------------------------------------------------
     def _print_gauges(self) -> int:

@@ -102,6 +102,7 @@ def test_an_alarmed_counter_goes_out_with_its_request(name: str) -> None:
     inst.request()
     records = inst.printed()
     assert total(records, name) == 1
+    assert {r["_aws"]["Timestamp"] for r in records} == {int(inst.clock.now() * 1000)}
     assert "humpyard_requests_total" not in str(records)  # only what an alarm waits for
     for _ in range(60):
         inst.request()
