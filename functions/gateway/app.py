@@ -10,8 +10,9 @@ here.
 
 The instance (DynamoDB store, shared health and latency, the app under
 Mangum with ``lifespan="off"``) is built on the first invocation and reused
-while warm; every response waits for its ledger writes and prints its EMF
-metrics before it is returned. Configuration: ``humpyard.aws.env.LambdaEnv``.
+while warm; every response waits for its ledger writes before it is returned,
+and its metrics are printed as EMF when due (``aws/emission.py``).
+Configuration: ``humpyard.aws.env.LambdaEnv``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ audit is exactly-once by contract):
 2. folds the latency buckets every instance flushed into one figure per
    target and publishes it (``humpyard_target_latency_seconds``), and
    records the expiry of overrides that ran out (audit entries);
-3. publishes the gauges (override age, quota percent) as EMF, so
+3. publishes every gauge (override age, endpoint states, latency figures, budgets,
+   quota percent) and whatever counters are waiting as EMF, so
    ``HumpyardOverrideLong`` is evaluated even when no client calls.
 
 Returns a small summary, also logged.

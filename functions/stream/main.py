@@ -6,7 +6,8 @@ adapter turns API Gateway's ``response-streaming-invocations`` into HTTP
 requests to uvicorn and streams the answer back as it is produced, so
 ``stream: true`` chat and messages reach the client token by token (and a
 buffered answer works too). Every response waits for its ledger writes and
-prints its EMF metrics before its last chunk.
+hands its metrics to the instance's EMF cadence before its last chunk
+(``aws/emission.py``; what is still waiting is printed at shutdown).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 from humpyard.aws.build import Instance
-
 
 SURFACES = ("client",)  # http/app.py's route table: never an admin path, however encoded
 

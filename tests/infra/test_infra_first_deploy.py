@@ -295,3 +295,38 @@ def test_every_function_starts_and_serves_with_the_shipped_defaults(
             close = getattr(thing, "close", None)
             if close is not None:
                 close()
+
+
+def test_junk_traffic_with_the_shipped_defaults_is_counted_not_written(
+        deployed: tuple[Deployment, str], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # The bundled file's refused_per_minute: a flood of wrong keys on one instance is
+    # counted in full but written to the ledger only within the allowance (docs/deploy.md,
+    # "What it costs"); and answered requests write no INFO line (log_requests = false).
+    deployment, key = deployed
+    _as_function(monkeypatch, deployment, "GatewayFunction")
+    gateway = _load(FUNCTIONS / "gateway" / "app.py")
+    try:
+        wrong = _event("chat_post", path="/v1/chat/completions", method="POST",
+                       headers={"Authorization": "Bearer not-the-key"})
+        for _ in range(40):
+            assert gateway.handler(wrong, _Context())["statusCode"] == 401
+        ok = gateway.handler(_event("chat_post", path="/v1/models", method="GET",
+                                    headers={"Authorization": f"Bearer {key}"}), _Context())
+        assert ok["statusCode"] == 200
+        instance = gateway._instance._value
+        assert instance.gateway.metrics.refused.value(reason="invalid_api_key") == 40
+        allowance = instance.gateway.config.refused_per_minute
+        assert 0 < allowance <= 10
+        instance.gateway.writer.flush(5)
+        items = boto3.client("dynamodb", region_name="us-east-1").scan(
+            TableName="stack-ledger")["Items"]
+        decisions = [i for i in items if i["pk"]["S"].startswith("decision#")]
+        assert 1 <= len(decisions) <= allowance + 1  # the bucket refills while it runs
+        lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()
+                 if x.startswith("{")]
+        assert not [x for x in lines if str(x.get("message", "")).startswith("request ")]
+    finally:
+        instance = gateway._instance._value
+        if instance is not None:
+            instance.close()

@@ -7,12 +7,14 @@ would set, not of the shorthand.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 from infra_support import resources, template, translated
 from template_eval import Deployment, samconfig_parameters
 
+from humpyard.aws.emission import ALARMED
 from humpyard.metrics import GatewayMetrics, Metrics, emf
 
 FUNCTIONS = ("GatewayFunction", "StreamFunction", "AdminFunction", "QuotaPollerFunction")
@@ -121,3 +123,51 @@ def test_every_alarm_notifies_the_topic_when_one_is_given() -> None:
         alarm = with_topic.doc["Resources"][alarm_id]["Properties"]
         assert with_topic.resolve(alarm)["AlarmActions"] == [topic], alarm_id
         assert "AlarmActions" not in without.resolve(alarm), alarm_id
+
+
+# -- logs and metrics cadence -------------------------------------------------------------
+
+@pytest.mark.parametrize("platform", ["WARN", "INFO"])
+def test_functions_log_json_and_keep_the_emf_lines(platform: str) -> None:
+    # Lambda keeps a JSON line as printed (no second encoding), so CloudWatch still
+    # extracts the EMF records; a line without a "level" key (every EMF record) counts as
+    # INFO, so the application level must let INFO through. The platform level drops
+    # START/END/REPORT at WARN (docs/deploy.md, "What it costs").
+    d = _deployed(PlatformLogLevel=platform)
+    for name in FUNCTIONS:
+        logging_config = d.functions()[name]["LoggingConfig"]
+        assert logging_config == {"LogFormat": "JSON", "ApplicationLogLevel": "INFO",
+                                  "SystemLogLevel": platform}, name
+        assert logging_config["ApplicationLogLevel"] in ("TRACE", "DEBUG", "INFO")
+    assert "PlatformLogLevel" not in samconfig_parameters("prod")  # WARN as shipped
+
+
+def _alarmed_humpyard_metrics() -> dict[str, dict[str, Any]]:
+    """Every humpyard metric an alarm reads: metric name -> the alarm's properties."""
+    found: dict[str, dict[str, Any]] = {}
+    for alarm in resources(template(), "AWS::CloudWatch::Alarm").values():
+        props = alarm["Properties"]
+        if props.get("Namespace") == "Humpyard":
+            found[props["MetricName"]] = props
+        for query in props.get("Metrics", []):
+            expression = " ".join(str(query.get("Expression", "")).split())
+            for name in re.findall(r"\((humpyard_\w+)\) FROM SCHEMA\(Humpyard", expression):
+                found[name] = props
+    return found
+
+
+def test_every_alarm_reads_a_metric_that_is_printed_when_it_moves() -> None:
+    # Counters add up in each instance and print once a minute; an alarm must not wait
+    # for that, nor lose what a reaped instance never printed (aws/emission.py).
+    kinds = {m.name: m.kind for m in GatewayMetrics(Metrics()).metrics.collect()}
+    alarmed = _alarmed_humpyard_metrics()
+    assert {"humpyard_override_oldest_age_seconds", "humpyard_fallback_blocked_total",
+            "humpyard_ledger_lost_total",
+            "humpyard_dynamodb_transaction_conflicts_total"} == set(alarmed)
+    for name, props in alarmed.items():
+        assert kinds[name] in ("counter", "gauge"), name
+        if kinds[name] == "counter":
+            assert name in ALARMED, name
+        else:  # a gauge: the poller prints it every run, traffic or not
+            assert props["Statistic"] == "Maximum" and props["Period"] >= 60, name
+        assert props["TreatMissingData"] == "notBreaching", name

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from infra_support import resources, template, translated
 from starlette.routing import Route
+from template_eval import Deployment
 
 from humpyard.aws.env import LambdaEnv
 from humpyard.metrics import GatewayMetrics, Metrics, emf
@@ -134,8 +135,12 @@ def test_tables_match_create_tables_with_point_in_time_recovery(logical_id: str,
     table = template()["Resources"][logical_id]
     assert table["Type"] == "AWS::DynamoDB::Table"
     assert table["DeletionPolicy"] == "Retain" and table["UpdateReplacePolicy"] == "Retain"
-    props = table["Properties"]
+    # as deployed with the default parameters (on demand; PROVISIONED: test_infra_capacity.py)
+    deployed = Deployment(translated())
+    props = deployed.resolve(deployed.doc["Resources"][logical_id]["Properties"])
     assert _normalised(props) == _normalised(spec)
+    assert "ProvisionedThroughput" not in props
+    assert all("ProvisionedThroughput" not in g for g in props.get("GlobalSecondaryIndexes", []))
     assert props["TimeToLiveSpecification"] == {"AttributeName": TTL_ATTRIBUTE, "Enabled": True}
     assert "TableName" not in props  # CloudFormation names it; the functions get it by !Ref
     # both: the ledger's decisions, spend and audit are as hard to rebuild as the state

@@ -116,3 +116,24 @@ def test_a_streamed_answer_arrives_as_produced_and_is_recorded_before_its_end(
     assert any(x.get("message") == "instance shutting down" for x in lines)
     assert any(x.get("correlation_id") == rid for x in lines if "level" in x)
     assert any("_aws" in x for x in lines)
+
+
+def test_the_counts_an_instance_held_back_go_out_at_its_shutdown(
+        stream_function: tuple[StreamFunction, FakeUpstream]) -> None:
+    # Counters add up in the instance and print once a minute (aws/emission.py); the
+    # adapter's shutdown is where the stream function prints what is still waiting.
+    fn, primary = stream_function
+    body = {"model": "auto", "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.Client(timeout=20) as client:
+        for _ in range(3):
+            primary.script(ok("hi"))
+            assert client.post(fn.url + "/v1/chat/completions", json=body).status_code == 200
+
+    def counted() -> float:
+        lines = [json.loads(x) for x in fn.log.read_text().splitlines() if x.startswith("{")]
+        return sum(x.get("humpyard_requests_total", 0) for x in lines)
+
+    assert counted() == 1  # the first request's flush printed; two are waiting
+    fn.proc.send_signal(signal.SIGTERM)
+    assert fn.proc.wait(timeout=15) in (0, -signal.SIGTERM)
+    assert counted() == 3

@@ -22,16 +22,15 @@ but the ``Once`` each entry point holds.
 ``Instance.flush()`` is what every request (``FlushMiddleware``) and every
 scheduled run ends with: the writer drained (bounded by
 ``HUMPYARD_FLUSH_TIMEOUT_SECS``; the stats when due), latency samples when
-``LATENCY_FLUSH_SECS`` have passed, and the metrics printed to stdout as
-CloudWatch EMF, one JSON line per record. So an instance writes at most one
-latency item per 30 s and one stats item per group and hour a minute;
-``close`` writes the rest. Counters and histograms go out with every request;
-gauges (overrides, latency figures, endpoint states, quota, budgets) are
-point-in-time values whose number grows with the configuration, not the
-traffic, so an instance refreshes and prints them at most every
-``HUMPYARD_GAUGE_INTERVAL_SECS`` (60 s, CloudWatch's resolution) and on its
-first flush; the scheduled poller prints them on every run (docs/deploy.md,
-"Cost": log bytes are billed per request).
+``LATENCY_FLUSH_SECS`` have passed, and the metrics handed to the instance's
+``MetricsCadence`` (``aws/emission.py``), which prints them to stdout as
+CloudWatch EMF when due: counters and histograms add up in the instance and go
+out once a minute (or every 100 requests, and at once when an alarmed counter
+moved), gauges at most every ``HUMPYARD_GAUGE_INTERVAL_SECS``; the scheduled
+poller prints everything on every run. So an instance writes at most one
+latency item per 30 s and one stats item per group and hour a minute, and its
+log bytes do not grow with each request (docs/deploy.md, "What it costs");
+``close`` writes the rest.
 """
 
 from __future__ import annotations
@@ -41,7 +40,6 @@ import functools
 import json
 import logging
 import os
-import sys
 import threading
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
@@ -54,6 +52,7 @@ from humpyard.aws.config_source import (
     FileSource,
     S3Source,
 )
+from humpyard.aws.emission import MetricsCadence
 from humpyard.aws.env import LambdaEnv
 from humpyard.aws.flush import FlushMiddleware
 from humpyard.aws.log import lambda_logger
@@ -63,7 +62,6 @@ from humpyard.clock import Clock, SystemClock
 from humpyard.config import load_config_text
 from humpyard.errors import ConfigError, ForbiddenError, HumpyardError
 from humpyard.gateway import Gateway, health_settings
-from humpyard.metrics import emf
 from humpyard.recording import record_refusal
 
 if TYPE_CHECKING:
@@ -161,10 +159,18 @@ class Instance:
     logger: Logger
     tracer: Tracer | None = None
     surfaces: tuple[str, ...] = ("client",)
-    stdout: IO[str] = field(default_factory=lambda: sys.stdout)
-    _gauges_at: float | None = field(default=None, init=False, repr=False)
+    stdout: IO[str] | None = None  # None: sys.stdout, as it is when printing
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
+    cadence: MetricsCadence = field(init=False, repr=False)
     _http: Callable[..., Any] | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        env = self.env
+        self.cadence = MetricsCadence(
+            self.gateway.metrics.metrics, self.stdout, self.gateway.clock,
+            namespace=env.namespace, service=env.service,
+            interval_secs=env.metrics_interval_secs,
+            gauge_interval_secs=env.gauge_interval_secs)
 
     @classmethod
     def build(cls, environ: Mapping[str, str] | None = None, *,
@@ -245,35 +251,26 @@ class Instance:
         flush_due = getattr(gw.latency_book, "flush_due", None)
         if flush_due is not None:
             flush_due()  # never raises: failed samples stay pending
-        now = gw.clock.monotonic()
-        due = (gauges or self._gauges_at is None
-               or now - self._gauges_at >= self.env.gauge_interval_secs)
-        if due:
-            self._gauges_at = now
+        if gauges:
             gw.refresh_gauges()
-        self.emit_metrics(gauges=due)
-
-    def emit_metrics(self, *, gauges: bool = True) -> int:
-        """Print the metrics since the last call as EMF, one JSON line each; the count.
-
-        ``gauges=False`` leaves the gauges out (counters and histograms only)."""
-        metrics = [m for m in self.gateway.metrics.metrics.collect()
-                   if gauges or m.kind != "gauge"]
-        records = emf.records(metrics, namespace=self.env.namespace, service=self.env.service,
-                              timestamp_ms=int(self.gateway.clock.now() * 1000))
-        if records:
-            self.stdout.write("".join(json.dumps(r, separators=(",", ":")) + "\n"
-                                      for r in records))
-            self.stdout.flush()
-        return len(records)
+            self.cadence.print_all()
+            return
+        if self.cadence.gauges_due():
+            gw.refresh_gauges()
+        self.cadence.after_request()
 
     async def shutdown(self) -> None:
-        """The instance is going away: write pending latency samples, close the gateway."""
+        """The instance is going away: write pending latency samples, close the gateway,
+        print the metrics still waiting."""
         self.logger.info("instance shutting down")
         flush_latency = getattr(self.gateway.latency_book, "flush", None)
         if flush_latency is not None:
             await asyncio.to_thread(flush_latency)
         await self.gateway.aclose()
+        try:
+            self.cadence.print_pending()
+        except (OSError, ValueError):  # stdout gone; nothing else to tell it to
+            log.warning("could not print the metrics still waiting at shutdown")
 
     def close(self) -> None:
         """``shutdown`` on the instance's own loop, then close the loop (tests, Mangum)."""

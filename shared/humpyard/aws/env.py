@@ -54,8 +54,11 @@ class LambdaEnv(BaseModel):
       ``key_env``) before the configuration is loaded; empty = none.
     - ``HUMPYARD_FLUSH_TIMEOUT_SECS``: how long a response may wait for its
       ledger writes before the last byte (default 5).
+    - ``HUMPYARD_METRICS_INTERVAL_SECS``: how often an instance prints the
+      counters and histograms it summed as EMF (default 60; also every 100
+      requests; 0: after every request). See ``aws/emission.py``.
     - ``HUMPYARD_GAUGE_INTERVAL_SECS``: how often an instance prints its gauges
-      as EMF (default 60; counters and histograms go out with every request).
+      as EMF (default 60).
     - ``HUMPYARD_TRACING``: ``true`` to trace requests with AWS X-Ray through
       Powertools' ``Tracer`` (the template's ``Tracing`` parameter sets it
       with the functions' own ``Tracing: Active``); default off, and then the
@@ -77,6 +80,8 @@ class LambdaEnv(BaseModel):
     config_appconfig: str | None = Field(alias="HUMPYARD_CONFIG_APPCONFIG", default=None)
     flush_timeout_secs: float = Field(alias="HUMPYARD_FLUSH_TIMEOUT_SECS", default=5.0, gt=0,
                                       le=60)
+    metrics_interval_secs: float = Field(alias="HUMPYARD_METRICS_INTERVAL_SECS",
+                                         default=60.0, ge=0, le=3600)
     gauge_interval_secs: float = Field(alias="HUMPYARD_GAUGE_INTERVAL_SECS", default=60.0,
                                        ge=0, le=3600)
     tracing: bool = Field(alias="HUMPYARD_TRACING", default=False)

@@ -3,8 +3,8 @@
 A Lambda instance may be frozen the moment its response is complete, and
 never thawed again. So before the LAST body message of every HTTP response
 goes out, the middleware awaits ``flush()`` — the instance's pending ledger
-writes and its EMF metric records (``Instance.flush``) — and only then
-forwards the message. The same holds for streamed answers under
+writes and its metrics, printed as EMF when due (``Instance.flush``) — and
+only then forwards the message. The same holds for streamed answers under
 the Lambda Web Adapter: the stream's last chunk waits for the flush, the
 earlier ones do not. A request that ends without a last body message (an
 error, a client gone) is flushed when the app returns.

@@ -128,3 +128,20 @@ def test_more_than_100_metrics_are_split_across_records() -> None:
     assert [len(d["_aws"]["CloudWatchMetrics"][0]["Metrics"]) for d in docs] == [100, 30]
     for d in docs:
         check_structure(d)
+
+
+def test_histogram_values_carry_four_significant_digits() -> None:
+    # Every digit is a log byte billed (docs/deploy.md, "What it costs"); counters and
+    # gauges are exact.
+    m = Metrics()
+    h = m.histogram("t_seconds", "t", ("route",), (1.0,))
+    c = m.counter("t_total", "t")
+    g = m.gauge("t_usd", "t")
+    for v in (0.007228036000014981, 12.345678, 0.5):
+        h.observe(v, route="a")
+    c.inc(1234567)
+    g.set(123.456789)
+    docs = emf_records(m)
+    assert [d["t_seconds"] for d in by_metric(docs, "t_seconds")] == [[0.007228, 12.35, 0.5]]
+    assert [d["t_total"] for d in by_metric(docs, "t_total")] == [1234567]
+    assert [d["t_usd"] for d in by_metric(docs, "t_usd")] == [123.456789]
