@@ -18,7 +18,6 @@ bytes.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from humpyard.protocols import sse
@@ -28,6 +27,7 @@ from humpyard.protocols.anthropic import (
     matched_stop_sequence,
     tool_use_id,
 )
+from humpyard.protocols.tool_fragments import ToolCall, ToolCalls
 
 Event = tuple[str, dict]
 
@@ -35,17 +35,6 @@ Event = tuple[str, dict]
 def encode_event(name: str, data: dict) -> bytes:
     """One Anthropic event as SSE bytes: ``event: name\\ndata: {json}\\n\\n``."""
     return sse.encode(json.dumps(data, ensure_ascii=False, separators=(",", ":")), event=name)
-
-
-@dataclass
-class _ToolCall:
-    """One upstream tool call and the block it became."""
-
-    id: str = ""
-    name: str = ""
-    pending: str = ""  # argument fragments that arrived before the name
-    block: int | None = None  # Anthropic block index once opened
-    closed: bool = False
 
 
 class StreamTranslator:
@@ -80,8 +69,7 @@ class StreamTranslator:
         self._has_content = False
         self._next_index = 0
         self._open: str | int | None = None  # "text", "thinking" or a tool-call slot
-        self._tools: dict[int, _ToolCall] = {}  # by slot: calls in order of first sight
-        self._slots: dict[int, int] = {}  # upstream tool-call index -> current slot
+        self._tools = ToolCalls()
         self._tail = ""  # the end of the text, for stop-sequence detection
         self._finish_reason: str | None = None
         self._choice_stop: Any = None
@@ -142,14 +130,15 @@ class StreamTranslator:
         if self._finished:
             return []
         events = self._start()
-        for slot, call in self._tools.items():
+        for slot, call in self._tools.by_slot.items():
             if call.block is None and not call.closed:
                 events += self._open_tool(slot, call)
         events += self._close()
         self._finished = True
         stop = matched_stop_sequence({"stop_reason": self._choice_stop}, self._tail, self._stops)
         reason = map_stop_reason(self._finish_reason, stop is not None)
-        if reason == "end_turn" and any(c.block is not None for c in self._tools.values()):
+        if reason == "end_turn" and any(c.block is not None
+                                          for c in self._tools.by_slot.values()):
             reason = "tool_use"
         usage = encode_usage(self._usage)
         delta_usage = usage if self._usage is not None else {"output_tokens": 0}
@@ -185,7 +174,7 @@ class StreamTranslator:
         if self._open is None:
             return []
         if isinstance(self._open, int):
-            self._tools[self._open].closed = True
+            self._tools.by_slot[self._open].closed = True
         self._open = None
         index = self._next_index - 1
         return [("content_block_stop", {"type": "content_block_stop", "index": index})]
@@ -221,19 +210,11 @@ class StreamTranslator:
         return events
 
     def _tool_call(self, fragment: dict) -> list[Event]:
-        slot = self._slot(fragment)
-        call = self._tools[slot]
-        if call.closed:
+        taken = self._tools.take(fragment)
+        if taken is None:
             self.dropped_fragments += 1
             return []
-        function = fragment.get("function")
-        function = function if isinstance(function, dict) else {}
-        if isinstance(fragment.get("id"), str) and not call.id:
-            call.id = fragment["id"]
-        if isinstance(function.get("name"), str) and not call.name:
-            call.name = function["name"]
-        arguments = function.get("arguments")
-        arguments = arguments if isinstance(arguments, str) else ""
+        slot, call, arguments = taken
         if self._open == slot:
             return [self._delta({"type": "input_json_delta", "partial_json": arguments})] \
                 if arguments else []
@@ -242,23 +223,7 @@ class StreamTranslator:
             return []
         return self._open_tool(slot, call)
 
-    def _slot(self, fragment: dict) -> int:
-        """The slot a fragment belongs to, by its ``index``; a new id at a used index
-        (upstreams that omit ``index``) starts a new call."""
-        index = fragment.get("index", 0)
-        index = index if isinstance(index, int) else 0
-        new_id = fragment.get("id")
-        slot = self._slots.get(index)
-        if slot is not None:
-            known = self._tools[slot].id
-            if not (isinstance(new_id, str) and new_id and known and new_id != known):
-                return slot
-        slot = len(self._tools)
-        self._slots[index] = slot
-        self._tools[slot] = _ToolCall()
-        return slot
-
-    def _open_tool(self, slot: int, call: _ToolCall) -> list[Event]:
+    def _open_tool(self, slot: int, call: ToolCall) -> list[Event]:
         if not call.id:
             call.id = tool_use_id(self._message_id, slot)
         events = self._begin(slot, {"type": "tool_use", "id": call.id, "name": call.name,

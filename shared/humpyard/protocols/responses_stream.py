@@ -36,6 +36,7 @@ from humpyard.protocols.responses import (
     status_for,
 )
 from humpyard.protocols.responses_request import ResponsesContext
+from humpyard.protocols.tool_fragments import ToolCall, ToolCalls
 
 Event = tuple[str, dict]
 
@@ -54,14 +55,6 @@ class _Open:
     item_id: str
     text: str = ""  # message/reasoning text, or call arguments
     slot: int = -1  # for calls: the upstream call's slot
-
-
-@dataclass
-class _Call:
-    id: str = ""
-    name: str = ""
-    pending: str = ""  # argument fragments that arrived before the name
-    done: bool = False
 
 
 class ResponsesStreamTranslator:
@@ -87,8 +80,7 @@ class ResponsesStreamTranslator:
         self._has_content = False
         self._open: _Open | None = None
         self._output: list[dict] = []  # finished items, in output_index order
-        self._calls: dict[int, _Call] = {}  # by slot, in order of first sight
-        self._slots: dict[int, int] = {}  # upstream tool-call index -> current slot
+        self._calls = ToolCalls()
         self._finish_reason: Any = None
         self._usage: dict | None = None
         self.dropped_fragments = 0
@@ -136,8 +128,8 @@ class ResponsesStreamTranslator:
         if self._ended:
             return []
         events = self._start()
-        for slot, call in self._calls.items():
-            if not call.done and (self._open is None or self._open.slot != slot):
+        for slot, call in self._calls.by_slot.items():
+            if not call.closed and (self._open is None or self._open.slot != slot):
                 events += self._open_call(slot, call)  # calls whose name never came
         events += self._close()
         self._ended = True
@@ -241,8 +233,8 @@ class ResponsesStreamTranslator:
             events.append(self._event("response.content_part.done",
                                       {**ids, "content_index": 0, "part": done["content"][0]}))
         else:
-            call = self._calls[item.slot]
-            call.done = True
+            call = self._calls.by_slot[item.slot]
+            call.closed = True
             done = function_call_item(self._ctx, item.item_id, call.id, call.name, item.text)
             if done["type"] == "custom_tool_call":
                 events.append(self._event("response.custom_tool_call_input.delta",
@@ -260,20 +252,11 @@ class ResponsesStreamTranslator:
     # -- tool calls ---------------------------------------------------------------
 
     def _tool_call(self, fragment: dict) -> list[Event]:
-        slot = self._slot(fragment)
-        call = self._calls[slot]
-        if call.done:
+        taken = self._calls.take(fragment)
+        if taken is None:
             self.dropped_fragments += 1
             return []
-        function = fragment.get("function") if isinstance(fragment.get("function"), dict) \
-            else {}
-        assert isinstance(function, dict)
-        if isinstance(fragment.get("id"), str) and not call.id:
-            call.id = fragment["id"]
-        if isinstance(function.get("name"), str) and not call.name:
-            call.name = function["name"]
-        arguments = function.get("arguments")
-        arguments = arguments if isinstance(arguments, str) else ""
+        slot, call, arguments = taken
         if self._open is not None and self._open.kind == "call" and self._open.slot == slot:
             return self._arguments(arguments)
         call.pending += arguments
@@ -281,23 +264,7 @@ class ResponsesStreamTranslator:
             return []
         return self._open_call(slot, call)
 
-    def _slot(self, fragment: dict) -> int:
-        """The slot a fragment belongs to, by its ``index``; a new id at a used index
-        (upstreams that omit ``index``) starts a new call."""
-        index = fragment.get("index", 0)
-        index = index if isinstance(index, int) else 0
-        new_id = fragment.get("id")
-        slot = self._slots.get(index)
-        if slot is not None:
-            known = self._calls[slot].id
-            if not (isinstance(new_id, str) and new_id and known and new_id != known):
-                return slot
-        slot = len(self._calls)
-        self._slots[index] = slot
-        self._calls[slot] = _Call()
-        return slot
-
-    def _open_call(self, slot: int, call: _Call) -> list[Event]:
+    def _open_call(self, slot: int, call: ToolCall) -> list[Event]:
         index = len(self._output) + (1 if self._open is not None else 0)
         if not call.id:
             call.id = f"call_{self._suffix}_{slot}"
@@ -316,7 +283,7 @@ class ResponsesStreamTranslator:
         if not text:
             return []
         item.text += text
-        if self._ctx.names.lookup(self._calls[item.slot].name).custom:
+        if self._ctx.names.lookup(self._calls.by_slot[item.slot].name).custom:
             return []  # a custom tool's input is sent whole when the call closes
         return [self._event("response.function_call_arguments.delta",
                             {"item_id": item.item_id, "output_index": item.index,

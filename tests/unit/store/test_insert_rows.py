@@ -7,6 +7,7 @@ twin tables and compares every value with its SQLite type.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import sqlite3
@@ -38,7 +39,7 @@ def rows(n: int, seed: int) -> list[tuple]:
     for i in range(n):
         out.append((f"r{seed}-{i}", rnd.random() * 2e9,
                     *(rnd.choice(values) for _ in range(10)),
-                    '{"body": %d, "s": "\\u00e9"}' % i))
+                    json.dumps({"body": i, "s": "\u00e9"})))
     return out
 
 
