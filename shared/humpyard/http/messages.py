@@ -10,7 +10,6 @@ its answer goes back as it came, body bytes and events untouched.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -30,7 +29,7 @@ from humpyard.keys import authenticate
 from humpyard.planning.estimate import estimate_prompt_tokens
 from humpyard.protocols.anthropic import decode_request, encode_response, error_body
 from humpyard.protocols.anthropic_stream import StreamTranslator, encode_event
-from humpyard.protocols.sse import SSEEvent
+from humpyard.protocols.sse import SSEEvent, json_objects
 from humpyard.records import Call, Served, new_request_id
 
 log = logging.getLogger("humpyard.http")
@@ -77,16 +76,8 @@ async def _stream(call: Call, context: None,
     failure: str | None = None
     try:
         async for batch in events:
-            out: list[bytes] = []
-            for ev in batch:
-                if ev.data == "[DONE]":
-                    continue
-                try:
-                    chunk = json.loads(ev.data)
-                except ValueError:
-                    continue
-                if isinstance(chunk, dict):
-                    out.extend(encode_event(name, data) for name, data in translator.feed(chunk))
+            out = [encode_event(name, data) for chunk in json_objects(batch)
+                   for name, data in translator.feed(chunk)]
             if out:
                 yield b"".join(out)  # one write per upstream read
     except HumpyardError as e:  # an upstream error event after the first content

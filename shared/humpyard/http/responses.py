@@ -10,7 +10,6 @@ refused: docs/clients.md, "Codex CLI and the Responses API".
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -27,7 +26,7 @@ from humpyard.protocols.responses_request import (
     response_context,
 )
 from humpyard.protocols.responses_stream import ResponsesStreamTranslator, encode_event
-from humpyard.protocols.sse import SSEEvent
+from humpyard.protocols.sse import SSEEvent, json_objects
 from humpyard.records import Call, Served
 
 log = logging.getLogger("humpyard.http")
@@ -65,16 +64,8 @@ async def _stream(call: Call, context: ResponsesContext,
     failed: list[tuple[str, dict]] | None = None
     try:
         async for batch in events:
-            out: list[bytes] = []
-            for ev in batch:
-                if ev.data == "[DONE]":
-                    continue
-                try:
-                    chunk = json.loads(ev.data)
-                except ValueError:
-                    continue
-                if isinstance(chunk, dict):
-                    out.extend(encode_event(name, data) for name, data in translator.feed(chunk))
+            out = [encode_event(name, data) for chunk in json_objects(batch)
+                   for name, data in translator.feed(chunk)]
             if out:
                 yield b"".join(out)
     except HumpyardError as e:  # an upstream error event after the first content

@@ -15,7 +15,9 @@ the stream is never dispatched.
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 _EOL = re.compile(rb"\r\n|\r|\n")
@@ -124,3 +126,18 @@ def encode(data: str, event: str | None = None) -> bytes:
 
 
 DONE = b"data: [DONE]\n\n"
+
+
+def json_objects(events: Iterable[SSEEvent]) -> Iterator[dict]:
+    """The JSON objects among ``events``' data, in order: a chat-completion
+    stream's chunks, without its ``[DONE]`` and anything that does not parse
+    as an object (what the stream translators read)."""
+    for ev in events:
+        if ev.data == "[DONE]":
+            continue
+        try:
+            chunk = json.loads(ev.data)
+        except ValueError:
+            continue
+        if isinstance(chunk, dict):
+            yield chunk

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from humpyard.protocols.sse import SSEDecoder, SSEEvent
+from humpyard.protocols.sse import SSEDecoder, SSEEvent, json_objects
 
 
 def decode(data: bytes, *, split: int | None = None) -> list[SSEEvent]:
@@ -68,3 +68,9 @@ def test_pending_holds_the_incomplete_block() -> None:
     d = SSEDecoder()
     assert d.feed(b"data: a\n\ndata: par") == [SSEEvent("a", wire=b"data: a\n\n")]
     assert d.pending == b"data: par"
+
+
+def test_json_objects_are_the_chunks_without_done_or_junk():
+    events = [SSEEvent(data='{"a": 1}'), SSEEvent(data="[DONE]"), SSEEvent(data="not json"),
+              SSEEvent(data="[1, 2]"), SSEEvent(data='{"b": {"c": null}}')]
+    assert list(json_objects(events)) == [{"a": 1}, {"b": {"c": None}}]
