@@ -21,7 +21,7 @@ from humpyard.planning.estimate import estimate_prompt_tokens
 from humpyard.protocols import sse
 from humpyard.protocols.anthropic import decode_request
 from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway import Running, running_gateway
+from tests.support.gateway import Running, running_gateway, two_targets
 from tests.support.steps import (
     Exchange,
     Step,
@@ -43,26 +43,6 @@ WEATHER_TOOL = {
 PIXEL = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGA"
          "WjR9awAAAABJRU5ErkJggg==")  # a 1x1 PNG
 
-
-def two_targets(a: str, b: str, *, keys: str = "") -> str:
-    return f"""
-[providers.a]
-base_url = "{a}"
-[providers.b]
-base_url = "{b}"
-[targets.first]
-class = "public"
-endpoints = [{{ provider = "a", model = "ma" }}]
-[targets.second]
-class = "paid"
-endpoints = [{{ provider = "b", model = "mb" }}]
-[routes.r]
-type = "passthrough"
-targets = ["first", "second"]
-[health]
-failure_threshold = 0
-{keys}
-"""
 
 
 @pytest.fixture
@@ -465,7 +445,7 @@ def test_keyed_gateway_takes_either_key_header_and_refuses_others(ups):
     SDKs send ``x-api-key``. Both work; a wrong or missing key is a 401 in
     Anthropic's shape, for ``count_tokens`` too."""
     a, b = ups
-    with running_gateway(two_targets(a.url, b.url, keys=KEYS)) as gw:
+    with running_gateway(two_targets(a.url, b.url, KEYS)) as gw:
         with sdk(gw, api_key="dev-secret") as client:
             assert client.messages.create(model="r", max_tokens=16,
                                           messages=HELLO).content[0].text == "hello"

@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from tests.support.fake_upstream import FakeUpstream
-from tests.support.gateway import Running, running_gateway
+from tests.support.gateway import Running, running_gateway, two_targets
 from tests.support.steps import (
     fail_before_content,
     ok,
@@ -35,26 +35,6 @@ WEATHER = {"type": "function", "name": "get_weather", "description": "The weathe
 PIXEL = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42m"
          "Nk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
 
-
-def two_targets(a: str, b: str, extra: str = "") -> str:
-    return f"""
-[providers.a]
-base_url = "{a}"
-[providers.b]
-base_url = "{b}"
-[targets.first]
-class = "public"
-endpoints = [{{ provider = "a", model = "ma" }}]
-[targets.second]
-class = "paid"
-endpoints = [{{ provider = "b", model = "mb" }}]
-[routes.r]
-type = "passthrough"
-targets = ["first", "second"]
-[health]
-failure_threshold = 0
-{extra}
-"""
 
 
 @pytest.fixture

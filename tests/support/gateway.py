@@ -63,6 +63,30 @@ def wait_recorded(gw: Gateway, count: int, timeout: float = 10.0) -> None:
     assert gw.writer.flush(max(0.0, deadline - time.monotonic())), "the ledger writer lags"
 
 
+def two_targets(a: str, b: str, extra: str = "") -> str:
+    """A passthrough route ``r`` over target ``first`` (class public, provider at
+    ``a``) then ``second`` (class paid, at ``b``), health breakers off; ``extra``
+    TOML appended (keys, selectors)."""
+    return f"""
+[providers.a]
+base_url = "{a}"
+[providers.b]
+base_url = "{b}"
+[targets.first]
+class = "public"
+endpoints = [{{ provider = "a", model = "ma" }}]
+[targets.second]
+class = "paid"
+endpoints = [{{ provider = "b", model = "mb" }}]
+[routes.r]
+type = "passthrough"
+targets = ["first", "second"]
+[health]
+failure_threshold = 0
+{extra}
+"""
+
+
 def config_from(text: str, env: Mapping[str, str] | None = None) -> Config:
     return load_config_text(text, env=dict(env or {}))
 
