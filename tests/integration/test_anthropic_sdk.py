@@ -15,11 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import anthropic
+import httpx
 import pytest
 
 from humpyard.planning.estimate import estimate_prompt_tokens
 from humpyard.protocols import sse
 from humpyard.protocols.anthropic import decode_request
+from humpyard.protocols.tool_fragments import FRAGMENTS_DROPPED
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway import Running, running_gateway, two_targets
 from tests.support.steps import (
@@ -280,6 +282,41 @@ def test_streamed_parallel_tool_calls_after_text(gw, ups):
     assert text.type == "text" and text.text == "Checking both."
     assert (first.type, first.id, first.input) == ("tool_use", "call_a", {"city": "Oslo"})
     assert (second.type, second.id, second.input) == ("tool_use", "call_b", {"city": "Bergen"})
+
+
+class LateFragment(Step):
+    """Streamed: a tool call, a second one (which closes the first block), then one
+    more argument fragment for the first: Anthropic's stream cannot reopen it."""
+
+    async def respond(self, ex: Exchange) -> bool:
+        chunks = ex.chunks()
+        await ex.start_stream()
+        await ex.event(chunks.role())
+        for i, call_id in enumerate(("call_a", "call_b")):
+            await ex.event(chunks.delta({"tool_calls": [{
+                "index": i, "id": call_id, "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]}))
+        await ex.event(chunks.delta({"tool_calls": [{"index": 0,
+                                                      "function": {"arguments": " "}}]}))
+        await ex.event(chunks.finish("tool_calls"))
+        await ex.send_chunk(sse.DONE)
+        await ex.end_stream()
+        return True
+
+
+def test_a_fragment_the_stream_cannot_carry_is_noted_and_counted(gw, ups):
+    a, _ = ups
+    a.script(LateFragment())
+    with sdk(gw) as client, client.messages.stream(
+            model="r", max_tokens=64, tools=[WEATHER_TOOL],
+            messages=[{"role": "user", "content": "Oslo twice?"}]) as stream:
+        final = stream.get_final_message()
+    assert [b.id for b in final.content] == ["call_a", "call_b"]
+    [decision] = gw.decisions()
+    assert FRAGMENTS_DROPPED in decision["notes"]
+    metrics = httpx.get(f"{gw.url}/metrics").text
+    assert ('humpyard_translation_drops_total{protocol="anthropic",what="stream_fragment"} 1'
+            in metrics)
 
 
 # -- streaming text -----------------------------------------------------------------

@@ -30,6 +30,7 @@ from humpyard.planning.estimate import estimate_prompt_tokens
 from humpyard.protocols.anthropic import decode_request, encode_response, error_body
 from humpyard.protocols.anthropic_stream import StreamTranslator, encode_event
 from humpyard.protocols.sse import SSEEvent, json_objects
+from humpyard.protocols.tool_fragments import FRAGMENTS_DROPPED
 from humpyard.records import Call, Served, new_request_id
 
 log = logging.getLogger("humpyard.http")
@@ -85,6 +86,8 @@ async def _stream(call: Call, context: None,
     except Exception as e:  # noqa: BLE001 - the stream broke; the decision records why
         log.warning("anthropic stream broke after content: %s", e)
         failure = "the upstream stream broke after the answer started; it is incomplete"
+    if translator.dropped_fragments and FRAGMENTS_DROPPED not in call.notes:
+        call.notes.append(FRAGMENTS_DROPPED)
     if failure is not None:
         yield encode_event("error", error_body(502, failure))
         return

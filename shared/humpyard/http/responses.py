@@ -27,13 +27,12 @@ from humpyard.protocols.responses_request import (
 )
 from humpyard.protocols.responses_stream import ResponsesStreamTranslator, encode_event
 from humpyard.protocols.sse import SSEEvent, json_objects
+from humpyard.protocols.tool_fragments import FRAGMENTS_DROPPED
 from humpyard.records import Call, Served
 
 log = logging.getLogger("humpyard.http")
 
 BROKEN = "the upstream stream broke after the answer started; it is incomplete"
-FRAGMENTS_DROPPED = "tool-call fragments for an already finished call dropped: the " \
-                    "Responses stream cannot reopen an item"
 
 
 def _decode(body: Any, config: Config) -> tuple[dict[str, Any], list[str], ResponsesContext]:

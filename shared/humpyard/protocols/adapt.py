@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from humpyard.protocols.fields import Note
+
 TOKEN_FIELDS = ("max_tokens", "max_completion_tokens")
 
 
@@ -28,7 +30,7 @@ def clamp_max_tokens(body: dict[str, Any], limit: int) -> tuple[dict[str, Any], 
         return body, None
     asked = ", ".join(f"{k} {v}" for k, v in over.items())
     return {**body, **dict.fromkeys(over, limit)}, \
-        f"{asked} clamped to {limit}: the endpoint's max_output_tokens"
+        Note("max_tokens", f"{asked} clamped to {limit}: the endpoint's max_output_tokens")
 
 
 def drop_reasoning_effort(body: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
@@ -37,7 +39,7 @@ def drop_reasoning_effort(body: dict[str, Any]) -> tuple[dict[str, Any], str | N
         return body, None
     effort = body["reasoning_effort"]
     rest = {k: v for k, v in body.items() if k != "reasoning_effort"}
-    return rest, f"reasoning_effort {effort!r} dropped: the endpoint takes none"
+    return rest, Note("reasoning", f"reasoning_effort {effort!r} dropped: the endpoint takes none")
 
 
 def fit_chat(body: dict[str, Any], *, max_output_tokens: int | None,
@@ -75,15 +77,15 @@ def fit_message(body: dict[str, Any], *, max_output_tokens: int | None,
     if reasoning is False:
         if isinstance(thinking, dict) and thinking.get("type") != "disabled":
             body = {k: v for k, v in body.items() if k != "thinking"}
-            notes.append(f"thinking {thinking.get('type')!r} dropped: the endpoint takes no "
-                         "reasoning")
+            notes.append(Note("thinking", f"thinking {thinking.get('type')!r} dropped: the "
+                              "endpoint takes no reasoning"))
         config = body.get("output_config")
         if isinstance(config, dict) and "effort" in config:
             rest = {k: v for k, v in config.items() if k != "effort"}
             body = {**body, "output_config": rest} if rest else \
                 {k: v for k, v in body.items() if k != "output_config"}
-            notes.append(f"output_config.effort {config['effort']!r} dropped: the endpoint "
-                         "takes no reasoning")
+            notes.append(Note("thinking", f"output_config.effort {config['effort']!r} dropped: "
+                              "the endpoint takes no reasoning"))
         return body, notes
     limit = body.get("max_tokens")
     budget = thinking.get("budget_tokens") if isinstance(thinking, dict) else None
@@ -91,10 +93,10 @@ def fit_message(body: dict[str, Any], *, max_output_tokens: int | None,
         assert isinstance(thinking, dict)
         if limit - 1 >= MIN_THINKING_BUDGET:
             body = {**body, "thinking": {**thinking, "budget_tokens": limit - 1}}
-            notes.append(f"thinking.budget_tokens {budget} lowered to {limit - 1}: it must "
-                         "stay below max_tokens")
+            notes.append(Note("thinking", f"thinking.budget_tokens {budget} lowered to "
+                              f"{limit - 1}: it must stay below max_tokens"))
         else:
             body = {k: v for k, v in body.items() if k != "thinking"}
-            notes.append(f"thinking dropped: max_tokens {limit} leaves no room for "
-                         f"Anthropic's {MIN_THINKING_BUDGET}-token minimum budget")
+            notes.append(Note("thinking", f"thinking dropped: max_tokens {limit} leaves no "
+                              f"room for Anthropic's {MIN_THINKING_BUDGET}-token minimum budget"))
     return body, notes

@@ -63,7 +63,8 @@ def decode_user_turn(content: str | list[dict], path: str, notes: list[str]) -> 
         else:
             fail(f"{bpath}.type", f"unknown block type {kind!r}")
     if moved:
-        note(notes, "tool_result images moved to a user message: OpenAI tool messages carry text")
+        note(notes, "tool_output_image",
+             "tool_result images moved to a user message: OpenAI tool messages carry text")
     parts = moved + parts
     if tool_messages and not parts:
         return tool_messages
@@ -150,7 +151,7 @@ def decode_assistant_turn(content: str | list[dict], path: str, notes: list[str]
         elif kind == "tool_use":
             calls.append(_decode_tool_use(block, bpath))
         elif kind in ("thinking", "redacted_thinking"):
-            note(notes, "thinking blocks in history dropped: the upstream takes none")
+            note(notes, "thinking", "thinking blocks in history dropped: the upstream takes none")
         elif kind in ("tool_result", "image", "document"):
             fail(f"{bpath}.type", f"'{kind}' blocks belong in user turns")
         else:

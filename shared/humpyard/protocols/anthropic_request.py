@@ -70,8 +70,9 @@ def decode_request(body: dict, *, keep_billing_header: bool = False,
     messages += _decode_messages(body.get("messages"), notes)
     messages, folded = fold_system_messages(messages)
     if folded:
-        note(notes, f"{folded} system message(s) inside messages folded into user turns "
-                    "as <system-reminder> text")
+        note(notes, "system_message",
+             f"{folded} system message(s) inside messages folded into user turns "
+             "as <system-reminder> text")
     out: dict[str, Any] = {
         "model": model,
         "messages": messages,
@@ -82,10 +83,11 @@ def decode_request(body: dict, *, keep_billing_header: bool = False,
     _decode_options(body, out, notes, forward_user)
     _decode_reasoning(body, out, notes)
     if _has_cache_control(body):
-        note(notes, "cache_control dropped: the upstream takes no prompt-caching marks")
+        note(notes, "cache_control",
+             "cache_control dropped: the upstream takes no prompt-caching marks")
     for key in body:
         if key not in _HANDLED_FIELDS:
-            note(notes, f"{key} ignored: not translated to the upstream")
+            note(notes, "ignored_field", f"{key} ignored: not translated to the upstream")
     return out, notes
 
 
@@ -110,7 +112,8 @@ def _decode_system(system: Any, keep_billing_header: bool, notes: list[str]) -> 
     if texts and texts[0].startswith(BILLING_HEADER) and not keep_billing_header:
         rest = texts[0].split("\n", 1)[1] if "\n" in texts[0] else ""
         texts = ([rest] if rest else []) + texts[1:]
-        note(notes, "x-anthropic-billing-header line removed from the system prompt")
+        note(notes, "billing_header",
+             "x-anthropic-billing-header line removed from the system prompt")
     return "\n".join(texts)
 
 
@@ -145,7 +148,7 @@ def _decode_sampling(body: dict, out: dict, notes: list[str]) -> None:
     if top_k is not None:
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
             fail("top_k", "must be a non-negative integer")
-        note(notes, "top_k dropped: the upstream takes no top_k parameter")
+        note(notes, "sampling", "top_k dropped: the upstream takes no top_k parameter")
     stops = body.get("stop_sequences")
     if stops is not None:
         if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
@@ -220,8 +223,9 @@ def _decode_options(body: dict, out: dict, notes: list[str], forward_user: bool)
             if forward_user:
                 out["user"] = user_id
             else:
-                note(notes, "metadata.user_id not forwarded: client identifiers stay at the "
-                            "gateway")
+                note(notes, "client_id",
+                     "metadata.user_id not forwarded: client identifiers stay at the "
+                     "gateway")
     stream = body.get("stream")
     if stream is not None:
         if not isinstance(stream, bool):
@@ -244,7 +248,8 @@ def _decode_reasoning(body: dict, out: dict, notes: list[str]) -> None:
                                          f"got {effort!r}")
         for key in config:
             if key != "effort":
-                note(notes, f"output_config.{key} ignored: not translated to the upstream")
+                note(notes, "ignored_field",
+                     f"output_config.{key} ignored: not translated to the upstream")
     kind, budget = None, None
     thinking = body.get("thinking")
     if thinking is not None:
@@ -257,9 +262,10 @@ def _decode_reasoning(body: dict, out: dict, notes: list[str]) -> None:
     mapped = effort_from_anthropic(effort, kind, budget)
     if mapped is not None:
         out["reasoning_effort"] = mapped
-        note(notes, f"thinking/effort sent as reasoning_effort {mapped!r}")
+        note(notes, "thinking", f"thinking/effort sent as reasoning_effort {mapped!r}")
     elif kind in ("enabled", "adaptive"):
-        note(notes, "thinking dropped: no effort to pass on; the upstream's default applies")
+        note(notes, "thinking",
+             "thinking dropped: no effort to pass on; the upstream's default applies")
 
 
 def _has_cache_control(body: dict) -> bool:

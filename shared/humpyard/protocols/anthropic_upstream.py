@@ -69,7 +69,7 @@ def encode_request(chat: dict[str, Any], *, model: str | None = None,
         out["metadata"] = {"user_id": chat["user"]}
     for key in chat:
         if key not in _CARRIED:
-            note(notes, f"{key} dropped: Anthropic Messages takes none")
+            note(notes, "ignored_field", f"{key} dropped: Anthropic Messages takes none")
     return out, notes
 
 
@@ -78,7 +78,7 @@ def _max_tokens(chat: dict, default: int, notes: list[str]) -> int:
         value = chat.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
-    note(notes, f"max_tokens set to {default}: Anthropic requires one")
+    note(notes, "max_tokens", f"max_tokens set to {default}: Anthropic requires one")
     return default
 
 
@@ -86,7 +86,7 @@ def _sampling(chat: dict, out: dict, notes: list[str]) -> None:
     temperature = chat.get("temperature")
     if isinstance(temperature, int | float) and not isinstance(temperature, bool):
         if temperature > 1:
-            note(notes, f"temperature {temperature} lowered to 1: Anthropic's maximum")
+            note(notes, "sampling", f"temperature {temperature} lowered to 1: Anthropic's maximum")
         out["temperature"] = min(temperature, 1)
     top_p = chat.get("top_p")
     if isinstance(top_p, int | float) and not isinstance(top_p, bool):
@@ -134,13 +134,15 @@ def _thinking(chat: dict, out: dict, notes: list[str]) -> None:
     thinking = thinking_for_effort(effort, out["max_tokens"])
     if thinking is None:
         if effort != "none":
-            note(notes, f"reasoning_effort {effort!r} dropped: max_tokens leaves no room "
-                        "for Anthropic's minimum thinking budget")
+            note(notes, "reasoning",
+                 f"reasoning_effort {effort!r} dropped: max_tokens leaves no room "
+                 "for Anthropic's minimum thinking budget")
         return
     forced = out.get("tool_choice", {}).get("type") in ("any", "tool")
     if forced or "temperature" in out or "top_p" in out:
-        note(notes, f"reasoning_effort {effort!r} dropped: Anthropic takes no thinking with "
-                    "temperature, top_p or a forced tool")
+        note(notes, "reasoning",
+             f"reasoning_effort {effort!r} dropped: Anthropic takes no thinking with "
+             "temperature, top_p or a forced tool")
         return
     out["thinking"] = thinking
 
@@ -201,9 +203,11 @@ def _user_blocks(content: Any, notes: list[str]) -> list[dict]:
                 blocks.append({"type": "document", "source": {
                     "type": "base64", "media_type": data.group(1), "data": data.group(2)}})
             else:
-                note(notes, "a file part without inline data dropped: Anthropic needs the bytes")
+                note(notes, "content_part",
+                     "a file part without inline data dropped: Anthropic needs the bytes")
         else:
-            note(notes, f"a {kind!r} content part dropped: Anthropic Messages takes none")
+            note(notes, "content_part",
+                 f"a {kind!r} content part dropped: Anthropic Messages takes none")
     return blocks
 
 

@@ -2,6 +2,10 @@
 
 Every refusal is a ``RequestError`` whose message starts with the field's
 path (``messages[2].content[0].type: ...``), so a client can find what to fix.
+What a translation cannot carry as sent is a ``Note``: the sentence the
+decision records, with the kind of drop it is as a fixed label
+(``humpyard_translation_drops_total{what}``, metrics/translation.py), set
+where the note is written rather than read back from its wording.
 ``note`` keeps a decoder's notes free of repeats.
 """
 
@@ -17,10 +21,22 @@ def fail(path: str, problem: str) -> NoReturn:
     raise RequestError(f"{path}: {problem}")
 
 
-def note(notes: list[str], text: str) -> None:
-    """Add ``text`` to ``notes`` unless it is already there."""
+class Note(str):
+    """A translation note: the text the decision records (it is that ``str``) and its
+    ``kind``, one of ``metrics.translation.KINDS``."""
+
+    kind: str
+
+    def __new__(cls, kind: str, text: str) -> Note:
+        self = super().__new__(cls, text)
+        self.kind = kind
+        return self
+
+
+def note(notes: list[str], kind: str, text: str) -> None:
+    """Add the note ``text`` of ``kind`` to ``notes`` unless it is already there."""
     if text not in notes:
-        notes.append(text)
+        notes.append(Note(kind, text))
 
 
 def req_str(obj: dict, key: str, path: str) -> str:

@@ -87,8 +87,9 @@ def decode_request(body: Any, *, forward_user: bool = False) -> tuple[dict, list
     messages += _decode_input(body.get("input"), tool_names(body.get("tools")), notes)
     messages, folded = fold_system_messages(messages)
     if folded:
-        note(notes, f"{folded} system/developer message(s) after the first turn folded into "
-                    "user turns as <system-reminder> text")
+        note(notes, "system_message",
+             f"{folded} system/developer message(s) after the first turn folded into "
+             "user turns as <system-reminder> text")
     if not any(m["role"] != "system" for m in messages):
         fail("input", "required: at least one message or item")
     out: dict[str, Any] = {"model": model, "messages": messages}
@@ -96,7 +97,7 @@ def decode_request(body: Any, *, forward_user: bool = False) -> tuple[dict, list
     _decode_options(body, out, notes, forward_user)
     for key in body:
         if key not in _HANDLED_FIELDS:
-            note(notes, f"{key} ignored: not translated to the upstream")
+            note(notes, "ignored_field", f"{key} ignored: not translated to the upstream")
     return out, notes
 
 
@@ -134,9 +135,10 @@ def _decode_input(raw: Any, names: ToolNames, notes: list[str]) -> list[dict]:
         elif kind in ("function_call_output", "custom_tool_call_output"):
             out += _decode_output(item, path, notes)
         elif kind == "reasoning":
-            note(notes, "reasoning items dropped: the upstream takes none")
+            note(notes, "reasoning", "reasoning items dropped: the upstream takes none")
             if item.get("encrypted_content") is not None:
-                note(notes, "encrypted reasoning content dropped: only OpenAI can read it")
+                note(notes, "reasoning",
+                     "encrypted reasoning content dropped: only OpenAI can read it")
         elif kind == "item_reference":
             fail(f"{path}.type", f"item references are not supported: {STATELESS}")
         elif kind is None:
@@ -235,7 +237,8 @@ def _decode_output(item: dict, path: str, notes: list[str]) -> list[dict]:
     tool = {"role": "tool", "tool_call_id": call_id, "content": text}
     if not images:
         return [tool]
-    note(notes, "tool output images moved to a user message: OpenAI tool messages carry text")
+    note(notes, "tool_output_image",
+         "tool output images moved to a user message: OpenAI tool messages carry text")
     return [tool, {"role": "user", "content": images}]
 
 
@@ -257,21 +260,24 @@ def _decode_options(body: dict, out: dict, notes: list[str], forward_user: bool)
         if not isinstance(include, list) or not all(isinstance(v, str) for v in include):
             fail("include", "must be a list of strings")
         for value in include:
-            note(notes, f"include {value!r} not honoured: the upstream returns no such data")
+            note(notes, "include",
+                 f"include {value!r} not honoured: the upstream returns no such data")
     for key in ("user", "safety_identifier"):
         identifier = opt_str(body, key, key)
         if identifier is not None:
             if forward_user:
                 out[key] = identifier
             else:
-                note(notes, f"{key} not forwarded: client identifiers stay at the gateway")
+                note(notes, "client_id",
+                     f"{key} not forwarded: client identifiers stay at the gateway")
     if opt_str(body, "prompt_cache_key", "prompt_cache_key") is not None:
-        note(notes, "prompt_cache_key not forwarded: it steers OpenAI's own cache routing")
+        note(notes, "prompt_cache_key",
+             "prompt_cache_key not forwarded: it steers OpenAI's own cache routing")
     truncation = body.get("truncation")
     if truncation not in (None, "disabled", "auto"):
         fail("truncation", f"must be 'auto' or 'disabled', got {truncation!r}")
     if truncation == "auto":
-        note(notes, "truncation 'auto' ignored: the gateway does not shorten input")
+        note(notes, "sampling", "truncation 'auto' ignored: the gateway does not shorten input")
     stream = boolean(body, "stream", "stream")
     if stream is not None:
         out["stream"] = stream
@@ -292,7 +298,8 @@ def _decode_reasoning(reasoning: Any, out: dict, notes: list[str]) -> None:
         out["reasoning_effort"] = effort
     for key in ("summary", "generate_summary"):
         if reasoning.get(key) is not None:
-            note(notes, f"reasoning.{key} ignored: the upstream returns no reasoning summaries")
+            note(notes, "reasoning",
+                 f"reasoning.{key} ignored: the upstream returns no reasoning summaries")
 
 
 def _decode_text(text: Any, out: dict, notes: list[str]) -> None:
@@ -321,4 +328,4 @@ def _decode_text(text: Any, out: dict, notes: list[str]) -> None:
         elif kind != "text":
             fail("text.format.type", f"must be text, json_schema or json_object, got {kind!r}")
     if text.get("verbosity") is not None:
-        note(notes, "text.verbosity ignored: not translated to the upstream")
+        note(notes, "ignored_field", "text.verbosity ignored: not translated to the upstream")

@@ -119,7 +119,7 @@ def decode_tools(body: dict, out: dict, notes: list[str]) -> None:
                                  "upstreams run no hosted tools; only function, custom and "
                                  "namespace tools are")
     for _, kind in hosted:
-        note(notes, f"built-in tool {kind!r} dropped: the upstream cannot run it")
+        note(notes, "hosted_tool", f"built-in tool {kind!r} dropped: the upstream cannot run it")
     if functions:
         out["tools"] = functions
     _decode_tool_choice(body.get("tool_choice"), seen, out)

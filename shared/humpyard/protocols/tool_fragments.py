@@ -12,6 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from humpyard.protocols.fields import Note
+
+FRAGMENTS_DROPPED = Note("stream_fragment", "tool-call fragments for an already finished "
+                         "call dropped: the client's stream cannot reopen it")
+"""The note a stream translator's ``dropped_fragments`` becomes in the decision."""
+
 
 @dataclass
 class ToolCall:

@@ -9,16 +9,17 @@ name from the request never becomes a label value.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from humpyard.http.responses import FRAGMENTS_DROPPED
 from humpyard.metrics.translation import KINDS, note_kind
 from humpyard.protocols.adapt import clamp_max_tokens, drop_reasoning_effort
 from humpyard.protocols.anthropic_request import decode_request as decode_messages
 from humpyard.protocols.anthropic_upstream import encode_request
 from humpyard.protocols.responses_request import decode_request as decode_responses
+from humpyard.protocols.tool_fragments import FRAGMENTS_DROPPED
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 HI = [{"role": "user", "content": "hi"}]
@@ -100,6 +101,24 @@ def test_per_endpoint_and_upstream_notes():
 
 def test_kinds_are_a_small_fixed_set_and_requests_never_name_one():
     assert len(KINDS) <= 20 and "other" in KINDS
-    assert note_kind("made_up_field ignored: not translated to the upstream") == \
-        "ignored_field"
-    assert note_kind("something nobody wrote") == "other"
+    _, notes = decode_messages({"model": "m", "max_tokens": 10, "messages": HI,
+                                "thinking is what this field is called": 1,
+                                "cache_control dropped": 2})
+    assert sorted(note_kind(n) for n in notes) == ["ignored_field", "ignored_field"], notes
+
+
+def test_every_kind_written_in_the_code_is_in_the_vocabulary():
+    """A kind is set where a note is written; a typo would count as ``other``."""
+    source = Path(__file__).resolve().parents[3] / "shared" / "humpyard"
+    written = set()
+    for path in source.rglob("*.py"):
+        text = path.read_text()
+        written |= set(re.findall(r'note\(notes, "([a-z_]+)"', text))
+        written |= set(re.findall(r'Note\("([a-z_]+)"', text))
+    assert len(written) >= 12
+    assert written <= set(KINDS) - {"other"}, written - set(KINDS)
+
+
+def test_a_plain_string_is_other():
+    assert note_kind("cache_control dropped: the upstream takes no prompt-caching marks") \
+        == "other"
