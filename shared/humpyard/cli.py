@@ -18,9 +18,11 @@ def _setup_logging(level: str = "INFO", *, buffered: bool = False) -> None:
     buffer drained a few times a second (``logsink.py``)."""
     if buffered:
         from humpyard.logsink import BufferedStderr
-        # The line format uses no thread or process name: not collecting them
-        # makes each record a third cheaper (docs/decisions/0003-performance.md).
+        # The line format uses no thread or process name and no source file or
+        # line: not collecting them (the logging HOWTO's "Optimization") makes each
+        # record cheaper (docs/decisions/0003-performance.md).
         logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
+        logging._srcfile = None  # type: ignore[attr-defined]
         logging.basicConfig(level=level, handlers=[BufferedStderr()])
     else:
         logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
