@@ -20,6 +20,7 @@ import threading
 from typing import Protocol
 
 from humpyard.health.breaker import (
+    FRESH,
     BreakerState,
     EndpointView,
     HealthSettings,
@@ -99,7 +100,7 @@ class HealthBook:
 
     def get(self, key: str) -> BreakerState:
         """The endpoint's state; a never-seen endpoint is ``BreakerState()``."""
-        return self._states.get(key, BreakerState())
+        return self._states.get(key, FRESH)
 
     def view(self, key: str, now: float) -> EndpointView:
         """The endpoint as ``snapshot`` would show it."""

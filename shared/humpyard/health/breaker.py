@@ -124,6 +124,10 @@ class BreakerState:
         )
 
 
+FRESH = BreakerState()
+"""A never-seen endpoint's state (frozen, so one instance serves every lookup)."""
+
+
 @dataclass(frozen=True, slots=True)
 class EndpointView:
     """What planning, explain and ``/v1/health`` see of one endpoint at one moment.
@@ -229,8 +233,10 @@ def record_success(state: BreakerState, settings: HealthSettings, now: float) ->
 
     Returns ``state`` itself when it is already closed with nothing to reset.
     """
-    if not settings.enabled or state == BreakerState(version=state.version):
-        return state
+    if not settings.enabled or (
+            state.consecutive_failures == 0 and state.trips == 0 and state.open_until == 0
+            and state.cooldown_source is None and state.probe_until == 0):
+        return state  # checked field by field: this runs on every answered call
     return BreakerState(version=state.version + 1)
 
 

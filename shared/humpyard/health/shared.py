@@ -37,6 +37,7 @@ from humpyard.clock import Clock
 from humpyard.errors import StoreError
 from humpyard.health.book import log_transition
 from humpyard.health.breaker import (
+    FRESH,
     BreakerState,
     EndpointView,
     HealthSettings,
@@ -131,7 +132,7 @@ class SharedHealth:
 
     def get(self, key: str) -> BreakerState:
         """The endpoint's state as of the last refresh; never-seen is ``BreakerState()``."""
-        return self._snapshot().get(key, BreakerState())
+        return self._snapshot().get(key, FRESH)
 
     def view(self, key: str, now: float) -> EndpointView:
         """The endpoint as ``snapshot`` would show it."""
@@ -177,7 +178,7 @@ class SharedHealth:
         states = (self._snapshot() if self._state is None
                   else self._shared_snapshot(self._state, refresh=False))
         with self._lock:
-            old = states.get(key, BreakerState())
+            old = states.get(key, FRESH)
             expected = old.version if key in self._stored else None
         for _ in range(self._max_attempts):
             verdict, new = step(old)

@@ -175,19 +175,27 @@ def bucket_totals(rows: Iterable[DecisionRow]) -> dict[tuple[str, int, str], Agg
     bucket once instead of once per decision.
     """
     out: dict[tuple[str, int, str], Aggregate] = {}
+    add_into(out, rows)
+    return out
+
+
+def add_into(buckets: dict[tuple[str, int, str], Aggregate],
+             rows: Iterable[DecisionRow]) -> None:
+    """Add ``rows`` to ``buckets`` (keyed ``(group_by, hour, group key)``) in place:
+    ``bucket_totals`` without a new dict, for a store that keeps its buckets in
+    memory and adds each decision as it comes."""
     hour = 0
 
     def at(dim: str, value: str | None) -> Aggregate:
         key = (dim, hour, value or "")
-        found = out.get(key)
+        found = buckets.get(key)
         if found is None:
-            found = out[key] = Aggregate()
+            found = buckets[key] = Aggregate()
         return found
 
     for row in rows:
         hour = hour_of(row.ts)
         _add(row, at)
-    return out
 
 
 def stats_rows(groups: Mapping[str, Aggregate]) -> list[dict[str, Any]]:

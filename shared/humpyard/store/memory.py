@@ -96,9 +96,7 @@ class MemoryStore(LiveStateDelegate):
         self._decisions[row.request_id] = row
         if row.has_usage:
             self._usage[row.request_id] = row.ts
-        hour = agg.hour_of(row.ts)
-        for (dim, gkey), share in agg.contributions(row).items():
-            self._stats.setdefault((dim, hour, gkey), agg.Aggregate()).merge(share)
+        agg.add_into(self._stats, (row,))
         if self._max_decisions is not None and len(self._decisions) > self._max_decisions:
             oldest = next(iter(self._decisions))
             del self._decisions[oldest]
