@@ -81,13 +81,11 @@ def parse_json(raw: bytes) -> Any:
     except UnicodeDecodeError as e:
         raise RequestError(f"request body is not valid UTF-8 (byte {e.start})") from None
     try:
-        data = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+        data = json.loads(text, parse_constant=_no_constant, parse_float=_finite,
+                          parse_int=_integer)
     except RecursionError:
         raise RequestError(f"request body nests deeper than {MAX_JSON_DEPTH} levels") from None
     except ValueError as e:
-        if "integer string conversion" in str(e):
-            raise RequestError("request body has an integer with more than "
-                               f"{sys.get_int_max_str_digits()} digits") from None
         raise RequestError(f"request body is not valid JSON: {e}") from None
     if _depth(data) > MAX_JSON_DEPTH:
         raise RequestError(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
@@ -105,6 +103,16 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 
 def _no_constant(name: str) -> Any:
     raise RequestError(f"request body has {name}, which is not JSON (numbers must be finite)")
+
+
+def _integer(literal: str) -> int:
+    """An integer literal; one longer than Python converts (``sys.int_info``'s
+    digit limit, 4,300 by default) is refused by its length, not by the
+    message of the ``ValueError`` ``int`` would raise."""
+    limit = sys.get_int_max_str_digits()
+    if limit and len(literal) - literal.startswith("-") > limit:
+        raise RequestError(f"request body has an integer with more than {limit} digits")
+    return int(literal)
 
 
 def _finite(literal: str) -> float:
