@@ -33,7 +33,7 @@ async def count_upstream(ex: Executor, plan: Plan, config: Config, native: Nativ
     """The first planned endpoint's own count of ``native``'s prompt, or None."""
     if not plan.targets:
         return None
-    order = ex.endpoint_order(plan.targets[0], [])
+    order = ex.admission.endpoint_order(plan.targets[0], [])
     if not order:
         return None
     ep = order[0]

@@ -7,7 +7,7 @@ Order of work for one request::
         fallback_on (or the tail's ``on`` when entering the tail)
         for each endpoint (warm first; cold ones only when the target is cold):
             readiness: an unready endpoint is skipped, costing nothing
-            admission: one probe per cooldown end (see ``Executor._admit``)
+            admission: one probe per cooldown end (``executor/admission.py``)
             1 + max_retries attempts; each failure is classified and recorded
     when the last failure never reached the wire, re-dial it on the ladder
     within the provider's connect_retry_window_secs (see ``Executor._resend``)
@@ -27,11 +27,12 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from humpyard.clock import Clock
 from humpyard.config.spec import Config, EndpointSpec, ProviderSpec
 from humpyard.errors import UpstreamError
+from humpyard.executor.admission import Admission, Place, planned_attempt
 from humpyard.executor.upstreams import UpstreamProtocol, upstream_protocols
 from humpyard.health.breaker import clamp_retry_after
 from humpyard.health.retry_after import parse_retry_after
@@ -71,16 +72,6 @@ class Failure:
     started: float = 0.0  # clock.monotonic() when the failed call began
 
 
-class _Place(NamedTuple):
-    """Where the walk stands: target ``ti`` of ``plan``, endpoint ``i`` of ``order``."""
-
-    plan: Plan
-    ti: int
-    order: list[EndpointSpec]
-    i: int
-    last: Failure | None
-
-
 class Executor:
     """Holds the per-process pieces an attempt needs; ``run`` walks one plan."""
 
@@ -95,6 +86,7 @@ class Executor:
         self.on_latency = on_latency or (lambda target, ms: None)
         self.on_event = on_event or (lambda *a, **k: None)
         self.upstreams = upstream_protocols(clock)
+        self.admission = Admission(health, clock)
 
     async def run(self, plan: Plan, config: Config, body: dict[str, Any], *,
                   stream: bool, wanted_usage: bool = True,
@@ -116,16 +108,18 @@ class Executor:
                 if last.failure_class not in gate:
                     break
             prev = target
-            order = self.endpoint_order(target, attempts)
+            order = self.admission.endpoint_order(target, attempts)
             for i, ep in enumerate(order):
                 provider = config.providers[ep.provider]
                 if not await self.readiness.is_ready(provider.name, provider.base_url,
                                                      provider.health_path):
-                    attempts.append(_attempt(target, ep, skipped="skipped_unavailable"))
+                    attempts.append(planned_attempt(target, ep, skipped="skipped_unavailable"))
                     continue
-                admitted = self._admit(ep, target, _Place(plan, ti, order, i, last))
+                admitted = self.admission.admit(ep, target, Place(
+                    plan, ti, order, i, last.failure_class if last else None))
                 if admitted is None:
-                    attempts.append(_attempt(target, ep, skipped=self._skip_reason(ep)))
+                    attempts.append(planned_attempt(target, ep,
+                                                   skipped=self.admission.skip_reason(ep)))
                     continue
                 for _ in range(1 + provider.max_retries):
                     try:
@@ -157,80 +151,13 @@ class Executor:
             last = Failure(503, "no endpoint of the route could be tried", "unavailable")
         raise self._error(last, attempts)
 
-    def endpoint_order(self, target: PlannedTarget,
-                       attempts: list[Attempt]) -> list[EndpointSpec]:
-        """The endpoints of ``target`` in the order they are tried: the warm ones (cold
-        ones are noted in ``attempts`` as skipped), else the cold ones by reopening."""
-        now = self.clock.now()
-        warm: list[EndpointSpec] = []
-        cold: list[tuple[float, EndpointSpec]] = []
-        for ep in target.endpoints:
-            view = self.health.view(ep.key, now)
-            if view.cold:
-                cold.append((view.reopens_at or now, ep))
-            else:
-                warm.append(ep)
-        if warm:
-            for _, ep in cold:
-                attempts.append(_attempt(target, ep, skipped="cold"))
-            return warm
-        return [ep for _, ep in sorted(cold, key=lambda c: c[0])]
-
-    def _admit(self, ep: EndpointSpec, target: PlannedTarget, place: _Place) -> bool | None:
-        """Whether to call ``ep`` now: None to skip it, True when this call is the probe.
-
-        The rule (docs/health.md "Probes"): when a cooldown ends, exactly one
-        request, the one that wins the probe lease, is sent as the probe. A
-        request that loses the race skips the endpoint whenever its plan still
-        holds another endpoint or target it could use (``_usable_left``); so does
-        one that finds the endpoint cooling although planning saw it warm (a
-        concurrent request tripped it). Only a request with nothing else left
-        calls such an endpoint, because health never denies service; that call
-        is not the probe and holds no lease. A target planning kept although
-        cold (fail open, or ``skip_cold_targets = false``) is called as planned.
-        """
-        now = self.clock.now()
-        state = self.health.view(ep.key, now).state
-        if state == "healthy":
-            return False
-        if state == "probing":
-            if self.health.try_acquire_probe(ep.key, now):
-                return True
-        elif target.cold or not self.health.settings.skip_cold_targets:
-            return False
-        return None if self._usable_left(place) else False
-
-    def _skip_reason(self, ep: EndpointSpec) -> str:
-        view = self.health.view(ep.key, self.clock.now())
-        return "cold" if view.cold else "probe_in_flight"
-
-    def _usable_left(self, place: _Place) -> bool:
-        """Whether skipping now still leaves an endpoint this request could use: a later
-        endpoint of the target, or one of a later target of the same group (members or
-        guarded tail) that the last failure may fall through to. Cold endpoints and
-        endpoints whose probe another request holds do not count."""
-        plan, ti, order, i, last = place
-        now = self.clock.now()
-
-        def usable(ep: EndpointSpec) -> bool:
-            view = self.health.view(ep.key, now)
-            return not view.cold and not view.probe_in_flight
-
-        if any(usable(ep) for ep in order[i + 1:]):
-            return True
-        if last is not None and last.failure_class not in plan.fallback_on:
-            return False
-        group = plan.targets[ti].tail
-        return any(usable(ep) for t in plan.targets[ti + 1:] if t.tail == group
-                   for ep in t.endpoints)
-
     async def _attempt(self, target: PlannedTarget, ep: EndpointSpec, provider: ProviderSpec,
                        body: dict[str, Any], stream: bool, native: Native | None,
                        attempts: list[Attempt], wanted_usage: bool, *, probe: bool = False,
                        connect_timeout: float | None = None,
                        ) -> Served | tuple[Failure, tuple[PlannedTarget, EndpointSpec],
                                            Classification]:
-        att = _attempt(target, ep)
+        att = planned_attempt(target, ep)
         attempts.append(att)
         proto = self.upstreams[provider.protocol]
         req = proto.prepare(body, ep, provider, stream, native)
@@ -389,11 +316,6 @@ class Executor:
         err.retry_after = last.retry_after
         err.attempts = attempts  # type: ignore[attr-defined]
         return err
-
-
-def _attempt(target: PlannedTarget, ep: EndpointSpec, *, skipped: str | None = None) -> Attempt:
-    return Attempt(target=target.name, provider=ep.provider, model=ep.model,
-                   class_=target.class_, skipped=skipped)
 
 
 def _addr(provider: ProviderSpec) -> str:
