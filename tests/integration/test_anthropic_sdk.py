@@ -21,7 +21,7 @@ import pytest
 from humpyard.planning.estimate import estimate_prompt_tokens
 from humpyard.protocols import sse
 from humpyard.protocols.anthropic import decode_request
-from humpyard.protocols.tool_fragments import FRAGMENTS_DROPPED
+from humpyard.protocols.chat_chunks import FRAGMENTS_DROPPED
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway import Running, running_gateway, two_targets
 from tests.support.steps import (

@@ -29,8 +29,8 @@ from humpyard.keys import authenticate
 from humpyard.planning.estimate import estimate_prompt_tokens
 from humpyard.protocols.anthropic import decode_request, encode_response, error_body
 from humpyard.protocols.anthropic_stream import StreamTranslator, encode_event
+from humpyard.protocols.chat_chunks import FRAGMENTS_DROPPED
 from humpyard.protocols.sse import SSEEvent, json_objects
-from humpyard.protocols.tool_fragments import FRAGMENTS_DROPPED
 from humpyard.records import Call, Served, new_request_id
 
 log = logging.getLogger("humpyard.http")

@@ -19,6 +19,7 @@ from humpyard.errors import HumpyardError
 from humpyard.http.errors import json_reply
 from humpyard.http.intake import ClientProtocol, Headers
 from humpyard.http.reply import Reply
+from humpyard.protocols.chat_chunks import FRAGMENTS_DROPPED
 from humpyard.protocols.responses import encode_response
 from humpyard.protocols.responses_request import (
     ResponsesContext,
@@ -27,7 +28,6 @@ from humpyard.protocols.responses_request import (
 )
 from humpyard.protocols.responses_stream import ResponsesStreamTranslator, encode_event
 from humpyard.protocols.sse import SSEEvent, json_objects
-from humpyard.protocols.tool_fragments import FRAGMENTS_DROPPED
 from humpyard.records import Call, Served
 
 log = logging.getLogger("humpyard.http")

@@ -27,7 +27,7 @@ from humpyard.protocols.anthropic import (
     matched_stop_sequence,
     tool_use_id,
 )
-from humpyard.protocols.tool_fragments import ToolCall, ToolCalls
+from humpyard.protocols.chat_chunks import ToolCall, ToolCalls, read_chunk
 
 Event = tuple[str, dict]
 
@@ -95,28 +95,21 @@ class StreamTranslator:
         if self._finished:
             return []
         events = self._start()
-        if isinstance(chunk.get("usage"), dict):
-            self._usage = chunk["usage"]
-        choices = chunk.get("choices")
-        choice = choices[0] if isinstance(choices, list) and choices else None
-        if not isinstance(choice, dict):
+        part = read_chunk(chunk)
+        if part.usage is not None:
+            self._usage = part.usage
+        if part.choice is None:
             return events
-        delta = choice.get("delta")
-        delta = delta if isinstance(delta, dict) else {}
-        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-        if self._include_thinking and isinstance(reasoning, str) and reasoning:
-            events += self._thinking(reasoning)
-        text = delta.get("content")
-        if isinstance(text, str) and text:
-            events += self._text(text)
-        calls = delta.get("tool_calls")
-        for call in calls if isinstance(calls, list) else []:
-            if isinstance(call, dict):
-                events += self._tool_call(call)
-        if choice.get("finish_reason"):
-            self._finish_reason = choice["finish_reason"]
-        if choice.get("stop_reason") is not None:
-            self._choice_stop = choice["stop_reason"]
+        if self._include_thinking and part.reasoning:
+            events += self._thinking(part.reasoning)
+        if part.text:
+            events += self._text(part.text)
+        for fragment in part.fragments:
+            events += self._tool_call(fragment)
+        if part.finish_reason:
+            self._finish_reason = part.finish_reason
+        if part.choice.get("stop_reason") is not None:
+            self._choice_stop = part.choice["stop_reason"]
         return events
 
     def finish(self) -> list[Event]:

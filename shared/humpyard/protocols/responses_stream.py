@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from humpyard.protocols import sse
+from humpyard.protocols.chat_chunks import ToolCall, ToolCalls, read_chunk
 from humpyard.protocols.responses import (
     encode_usage,
     function_call_item,
@@ -36,7 +37,6 @@ from humpyard.protocols.responses import (
     status_for,
 )
 from humpyard.protocols.responses_request import ResponsesContext
-from humpyard.protocols.tool_fragments import ToolCall, ToolCalls
 
 Event = tuple[str, dict]
 
@@ -100,27 +100,18 @@ class ResponsesStreamTranslator:
         if self._ended:
             return []
         events = self._start()
-        if isinstance(chunk.get("usage"), dict):
-            self._usage = chunk["usage"]
-        choices = chunk.get("choices")
-        choice = choices[0] if isinstance(choices, list) and choices else None
-        if not isinstance(choice, dict):
-            return events
-        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
-        assert isinstance(delta, dict)
-        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-        if isinstance(reasoning, str) and reasoning:
-            events += self._stream_text("reasoning", reasoning)
-        text = delta.get("content")
-        if isinstance(text, str) and text:
-            events += self._stream_text("message", text)
+        part = read_chunk(chunk)
+        if part.usage is not None:
+            self._usage = part.usage
+        if part.reasoning:
+            events += self._stream_text("reasoning", part.reasoning)
+        if part.text:
+            events += self._stream_text("message", part.text)
             self._has_content = True
-        calls = delta.get("tool_calls")
-        for fragment in calls if isinstance(calls, list) else []:
-            if isinstance(fragment, dict):
-                events += self._tool_call(fragment)
-        if choice.get("finish_reason"):
-            self._finish_reason = choice["finish_reason"]
+        for fragment in part.fragments:
+            events += self._tool_call(fragment)
+        if part.finish_reason:
+            self._finish_reason = part.finish_reason
         return events
 
     def finish(self) -> list[Event]:

@@ -18,8 +18,8 @@ from humpyard.metrics.translation import KINDS, note_kind
 from humpyard.protocols.adapt import clamp_max_tokens, drop_reasoning_effort
 from humpyard.protocols.anthropic_request import decode_request as decode_messages
 from humpyard.protocols.anthropic_upstream import encode_request
+from humpyard.protocols.chat_chunks import FRAGMENTS_DROPPED
 from humpyard.protocols.responses_request import decode_request as decode_responses
-from humpyard.protocols.tool_fragments import FRAGMENTS_DROPPED
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 HI = [{"role": "user", "content": "hi"}]

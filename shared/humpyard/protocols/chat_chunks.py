@@ -1,22 +1,57 @@
-"""A chat-completion stream's tool-call fragments, gathered into calls.
+"""Reading a chat-completion stream's chunks, for the stream translators.
 
-An OpenAI-style stream sends each tool call in pieces under
-``choices[0].delta.tool_calls``: the first names its ``index`` and usually
-its ``id`` and function ``name``; later ones add text to ``arguments``. The
-Responses and the Anthropic stream translators both turn these into their own
-items or blocks; ``ToolCalls`` is what they share: which call a fragment
-belongs to, and its id, name and argument text so far.
+Each chunk of an OpenAI-style stream carries, in ``choices[0].delta``, text,
+reasoning text and tool calls, plus ``finish_reason`` and (last, often alone)
+``usage``. ``read_chunk`` takes those out once for the Responses and the
+Anthropic stream translators. Tool calls come in pieces: the first names its
+``index`` and usually its ``id`` and function ``name``; later ones add text
+to ``arguments``. ``ToolCalls`` gathers them: which call a fragment belongs
+to, and its id, name and argument text so far.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from humpyard.protocols.fields import Note
 
 FRAGMENTS_DROPPED = Note("stream_fragment", "tool-call fragments for an already finished "
                          "call dropped: the client's stream cannot reopen it")
 """The note a stream translator's ``dropped_fragments`` becomes in the decision."""
+
+
+class Chunk(NamedTuple):
+    """What one chunk carries; ``choice`` is None when it has no choice (a usage-only
+    chunk), and then the other fields are empty."""
+
+    usage: dict | None
+    choice: dict | None
+    reasoning: str
+    text: str
+    fragments: list[dict]
+    finish_reason: Any
+
+
+def read_chunk(chunk: dict) -> Chunk:
+    """The parts of one parsed chunk, each checked for its type (anything else is
+    read as absent)."""
+    usage = chunk.get("usage")
+    usage = usage if isinstance(usage, dict) else None
+    choices = chunk.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    if not isinstance(choice, dict):
+        return Chunk(usage, None, "", "", [], None)
+    delta = choice.get("delta")
+    delta = delta if isinstance(delta, dict) else {}
+    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+    text = delta.get("content")
+    calls = delta.get("tool_calls")
+    return Chunk(usage, choice,
+                 reasoning if isinstance(reasoning, str) else "",
+                 text if isinstance(text, str) else "",
+                 [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else [],
+                 choice.get("finish_reason"))
 
 
 @dataclass
