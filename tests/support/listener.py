@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import threading
 from collections.abc import Awaitable, Callable
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -115,3 +116,43 @@ class Listener:
         for conn in self._accepted:
             conn.close()
         self._accepted.clear()
+
+
+class ListenerThread:
+    """A ``Listener`` serving ``handler`` on an event loop in a thread of its own, from
+    ``__enter__`` to ``__exit__``; ``port`` is the one it listens on once entered."""
+
+    def __init__(self, handler: Handler, host: str = "127.0.0.1", *,
+                 ssl_context: ssl.SSLContext | None = None, name: str = "test server"):
+        self.host, self.port = host, 0
+        self._handler = handler
+        self._ssl = ssl_context
+        self._name = name
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+
+    def __enter__(self) -> ListenerThread:
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+        self._thread.start()
+        if not self._ready.wait(5):
+            raise RuntimeError(f"{self._name} did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(5)
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        listener = Listener(self._handler, self.host, 0, ssl_context=self._ssl)
+        self.port = listener.start().port
+        self._ready.set()
+        try:
+            await self._stop.wait()
+        finally:
+            await listener.close()

@@ -15,10 +15,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import threading
 from urllib.parse import urlsplit
 
-from tests.support.listener import Listener
+from tests.support.listener import ListenerThread
 
 
 class ForwardProxy:
@@ -28,10 +27,6 @@ class ForwardProxy:
         self.credentials = credentials
         self.port = 0
         self.seen: list[tuple[str, str, str | None]] = []
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
 
     @property
     def url(self) -> str:
@@ -41,28 +36,12 @@ class ForwardProxy:
         return f"http://{user}:{password}@127.0.0.1:{self.port}"
 
     def __enter__(self) -> ForwardProxy:
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
-        self._thread.start()
-        if not self._ready.wait(5):
-            raise RuntimeError("ForwardProxy did not start")
+        self._server = ListenerThread(self._serve, name="ForwardProxy").__enter__()
+        self.port = self._server.port
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        if self._thread is not None:
-            self._thread.join(5)
-
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        listener = Listener(self._serve, "127.0.0.1", 0)
-        self.port = listener.start().port
-        self._ready.set()
-        try:
-            await self._stop.wait()
-        finally:
-            await listener.close()
+        self._server.__exit__(*exc)
 
     def _authorized(self, auth: str | None) -> bool:
         if self.credentials is None:

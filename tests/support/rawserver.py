@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from tests.support.listener import Listener
+from tests.support.listener import ListenerThread
 
 
 @dataclass(frozen=True)
@@ -50,10 +50,6 @@ class RawServer:
         self.port = 0
         self.requests: list[bytes] = []
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
 
     @property
     def url(self) -> str:
@@ -61,28 +57,13 @@ class RawServer:
         return f"{'https' if self._ssl else 'http'}://{h}:{self.port}"
 
     def __enter__(self) -> RawServer:
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
-        self._thread.start()
-        if not self._ready.wait(5):
-            raise RuntimeError("RawServer did not start")
+        self._server = ListenerThread(self._serve, self.host, ssl_context=self._ssl,
+                                      name="RawServer").__enter__()
+        self.port = self._server.port
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        if self._thread is not None:
-            self._thread.join(5)
-
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        listener = Listener(self._serve, self.host, 0, ssl_context=self._ssl)
-        self.port = listener.start().port
-        self._ready.set()
-        try:
-            await self._stop.wait()
-        finally:
-            await listener.close()
+        self._server.__exit__(*exc)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         n = 0
