@@ -11,6 +11,7 @@ from anthropic.types import RawMessageStreamEvent
 
 from humpyard.protocols.anthropic_stream import StreamTranslator, encode_event
 from humpyard.protocols.sse import SSEDecoder
+from tests.support.chat_chunks import chunk, tool_fragment, usage_chunk
 
 try:  # newer SDKs run on httpx2 and refuse httpx objects
     import httpx2 as sdk_httpx
@@ -18,32 +19,6 @@ except ImportError:  # pragma: no cover - older SDKs
     import httpx as sdk_httpx  # type: ignore[no-redef]
 
 EVENTS = pydantic.TypeAdapter(RawMessageStreamEvent)
-
-
-def chunk(content=None, tool_calls=None, finish=None, **delta_extra):
-    delta = dict(delta_extra)
-    if content is not None:
-        delta["content"] = content
-    if tool_calls is not None:
-        delta["tool_calls"] = tool_calls
-    return {"id": "chatcmpl-1", "object": "chat.completion.chunk",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-
-
-def usage_chunk(prompt=11, completion=7):
-    return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion}}
-
-
-def tool_fragment(index, arguments="", call_id=None, name=None):
-    fragment = {"index": index, "function": {"arguments": arguments}}
-    if call_id is not None:
-        fragment["id"] = call_id
-        fragment["type"] = "function"
-    if name is not None:
-        fragment["function"]["name"] = name
-    return fragment
 
 
 def run(chunks, translator=None):

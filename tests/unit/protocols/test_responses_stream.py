@@ -14,6 +14,8 @@ from openai.types.responses import ResponseStreamEvent
 from humpyard.protocols.responses_request import response_context
 from humpyard.protocols.responses_stream import ResponsesStreamTranslator, encode_event
 from humpyard.protocols.sse import SSEDecoder
+from tests.support.chat_chunks import chunk, usage_chunk
+from tests.support.chat_chunks import tool_fragment as fragment
 
 EVENTS = pydantic.TypeAdapter(ResponseStreamEvent)
 NAMESPACE = {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents",
@@ -23,33 +25,6 @@ REQUEST = {"model": "gpt-test", "input": "hi", "stream": True,
            "tools": [{"type": "function", "name": "read_file", "parameters": {}}, NAMESPACE,
                      {"type": "custom", "name": "apply_patch"}]}
 CTX = response_context(REQUEST)
-
-
-def chunk(content=None, tool_calls=None, finish=None, **delta_extra):
-    delta = dict(delta_extra)
-    if content is not None:
-        delta["content"] = content
-    if tool_calls is not None:
-        delta["tool_calls"] = tool_calls
-    return {"id": "chatcmpl-1", "object": "chat.completion.chunk",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-
-
-def usage_chunk(prompt=11, completion=7, cached=0):
-    return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion,
-                      "prompt_tokens_details": {"cached_tokens": cached}}}
-
-
-def fragment(index, arguments="", call_id=None, name=None):
-    out = {"index": index, "function": {"arguments": arguments}}
-    if call_id is not None:
-        out["id"] = call_id
-        out["type"] = "function"
-    if name is not None:
-        out["function"]["name"] = name
-    return out
 
 
 def run(chunks, *, fail=None):
