@@ -21,6 +21,7 @@ import errno
 import importlib.util
 import os
 import shlex
+import signal
 import socket
 import sys
 from collections.abc import Mapping, Sequence
@@ -195,6 +196,11 @@ Ctrl-C stops everything.
 
 async def _run(served: Path, shown: Path, files: Path, host: str, gateway: Listener,
                sims: Sequence[Listener]) -> None:
+    """Serve the simulators and the gateway until SIGINT or SIGTERM, then stop them all.
+
+    The demo owns the two signals: its servers leave them alone and stop together
+    when told, each answering what it is still reading. A second signal is the
+    platform's own: Ctrl-C raises KeyboardInterrupt, SIGTERM ends the process."""
     import uvicorn
 
     from humpyard.serving import notifying_server, serve
@@ -206,19 +212,31 @@ async def _run(served: Path, shown: Path, files: Path, host: str, gateway: Liste
         app = create_simulator_app(profile, model_name=None, seed=sim.port)
         servers.append(notifying_server(uvicorn.Config(
             app, host="127.0.0.1", port=sim.port, access_log=False, log_level="warning",
-            log_config=None), event.set))
+            log_config=None), event.set, signals=False))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM)
+
+    def stopping() -> None:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        stop.set()
+        for s in servers:
+            s.should_exit = True
+
+    for sig in signals:
+        loop.add_signal_handler(sig, stopping)
     tasks = [asyncio.create_task(s.serve(sockets=[sim.sock]))
              for s, sim in zip(servers, sims, strict=True)]
     await asyncio.gather(*(e.wait() for e in ready))
     url = f"http://{_url_host(host)}:{gateway.port}"
     try:
-        await serve(str(served), host, gateway.port, sock=gateway.sock,
+        await serve(str(served), host, gateway.port, sock=gateway.sock, stop=stop,
                     on_ready=lambda: print(banner(url, sims, shown, files), flush=True))
     finally:
         for s in servers:
             s.should_exit = True
-        with contextlib.suppress(Exception):
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def run_demo(config: str | None, host: str, port: int, sim_ports: str = "0,0,0",
@@ -244,8 +262,7 @@ def run_demo(config: str | None, host: str, port: int, sim_ports: str = "0,0,0",
         print(e if not isinstance(e, OSError) else
               f"humpyard demo: cannot write {where}: {e.strerror}", file=sys.stderr)
         return 1
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         run_loop(_run(served, source, where, host, gateway, sims))
-    except KeyboardInterrupt:
-        print("stopped", file=sys.stderr)
+    print("stopped", file=sys.stderr)
     return 0

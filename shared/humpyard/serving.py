@@ -18,11 +18,12 @@ event has arrived, as before). Everything else passes straight through.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import signal
 import socket
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 log = logging.getLogger("humpyard")
@@ -102,8 +103,13 @@ def run_loop(main: Coroutine[Any, Any, T]) -> T:
     return uvloop.run(main)
 
 
-def notifying_server(config: Any, on_ready: Callable[[], None] | None) -> Any:
-    """A ``uvicorn.Server`` that calls ``on_ready`` once it listens (after lifespan startup)."""
+def notifying_server(config: Any, on_ready: Callable[[], None] | None, *,
+                     signals: bool = True) -> Any:
+    """A ``uvicorn.Server`` that calls ``on_ready`` once it listens (after lifespan startup).
+
+    With ``signals=False`` it leaves SIGINT and SIGTERM alone and stops only when told
+    (``should_exit``): several servers in one process must not each take the signal
+    handler over from the one before and hand the signal back on the way out."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -112,18 +118,28 @@ def notifying_server(config: Any, on_ready: Callable[[], None] | None) -> Any:
             if self.started and on_ready is not None:
                 on_ready()
 
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            if signals:
+                with super().capture_signals():
+                    yield
+            else:
+                yield
+
     return Server(config)
 
 
 async def serve(config_path: str, host: str, port: int, *, sock: socket.socket | None = None,
-                on_ready: Callable[[], None] | None = None) -> None:
+                on_ready: Callable[[], None] | None = None,
+                stop: asyncio.Event | None = None) -> None:
     """Serve the gateway on ``config_path`` at ``host:port`` until uvicorn stops
     (SIGINT/SIGTERM); SIGHUP and ``reload_poll_secs`` reload the file.
     ``ConfigError`` if the file is invalid at start.
 
     ``sock``, an already bound socket, is served instead of binding ``host:port``
     (``humpyard demo`` binds every port before it starts anything); ``on_ready``
-    is called once the gateway listens."""
+    is called once the gateway listens. Given ``stop``, the caller owns SIGINT and
+    SIGTERM and the gateway stops (gracefully) once the event is set."""
     import uvicorn
 
     from humpyard.config import load_config
@@ -146,9 +162,12 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     server = notifying_server(uvicorn.Config(app, host=host, port=port, access_log=False,
                                              log_config=None, timeout_keep_alive=75,
                                              proxy_headers=False, server_header=False,
-                                             http=protocol_class()), on_ready)
+                                             http=protocol_class()), on_ready,
+                              signals=stop is None)
     tasks = [asyncio.create_task(flush_periodically(h)) for h in logging.getLogger().handlers
              if isinstance(h, BufferedStderr)]
+    if stop is not None:
+        tasks.append(asyncio.create_task(_exit_on(stop, server)))
     if cfg.reload_poll_secs > 0:
         tasks.append(asyncio.create_task(_poll_config(reloader, gw)))
     log.info("humpyard serving on http://%s:%d (config %s)", host, port, config_path)
@@ -162,6 +181,11 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _exit_on(stop: asyncio.Event, server: Any) -> None:
+    await stop.wait()
+    server.should_exit = True
 
 
 async def _poll_config(reloader: object, gw: object) -> None:

@@ -128,6 +128,80 @@ def test_the_banner_commands_work_as_printed_and_files_stay_out_of_the_cwd(tmp_p
     assert list(cwd.iterdir()) == []  # nothing written where the demo was started
 
 
+def sim_ports(banner: str) -> dict[str, int]:
+    line = [x for x in banner.splitlines() if "simulated providers:" in x][0]
+    return {name: int(line.split(f"{name} :")[1].split()[0].rstrip(","))
+            for name in ("steady", "flaky", "slow")}
+
+
+def refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return True
+    return False
+
+
+def wait_refused(port: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not refused(port):
+        assert time.monotonic() < deadline, f"port {port} still accepts connections"
+        time.sleep(0.02)
+
+
+CHAT = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
+
+
+def start_request(port: int) -> socket.socket:
+    """A chat request whose last bytes are not sent yet: the server is still reading it."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: sim\r\n"
+                 b"content-type: application/json\r\n"
+                 b"content-length: %d\r\n\r\n" % len(CHAT) + CHAT[:-4])
+    return sock
+
+
+def finish_request(sock: socket.socket) -> bytes:
+    """Send the rest of the request and read the answer until the server closes."""
+    got = b""
+    with sock:
+        try:
+            sock.sendall(CHAT[-4:])
+            while chunk := sock.recv(65536):
+                got += chunk
+        except OSError:
+            pass
+    return got
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_stopping_answers_requests_in_flight_and_exits_cleanly(tmp_path, sig):
+    """Ctrl-C (or SIGTERM) while two simulated providers are still reading a request:
+    both are answered and the demo exits 0 without a traceback, whatever order its
+    servers stop in. Each simulator used to stack its own signal handler on the one
+    before; stopping in the order slow, flaky, steady handed the re-raised signal to a
+    simulator already stopping, which then abandoned its request and its lifespan."""
+    with demo("--port", "0", "--state-dir", str(tmp_path / "st"), cwd=tmp_path) as d:
+        out = d.wait_for("Ctrl-C stops everything.")
+        ports = sim_ports(out)
+        gateway = int(out.split("running at http://127.0.0.1:")[1].split()[0])
+        held = {name: start_request(ports[name]) for name in ("flaky", "steady")}
+        d.proc.send_signal(sig)
+        wait_refused(gateway)
+        wait_refused(ports["slow"])
+        answers = {}
+        for name in ("flaky", "steady"):  # the last two stop in this order
+            wait_refused(ports[name])  # stopping: no new connections, ours still open
+            answers[name] = finish_request(held[name])
+        code = d.proc.wait(30)
+        d._reader.join(5)
+    assert answers["flaky"].startswith(b"HTTP/1.1 "), answers["flaky"]
+    assert answers["steady"].startswith(b"HTTP/1.1 200 "), answers["steady"]
+    assert code == 0, d.output
+    assert "Traceback" not in d.output
+    assert d.output.rstrip().endswith("stopped")
+
+
 def test_a_busy_gateway_port_is_one_line_before_anything_starts(tmp_path):
     busy = listening_socket()
     port = busy.getsockname()[1]
