@@ -170,7 +170,8 @@ class Instance:
             self.gateway.metrics.metrics, self.stdout, self.gateway.clock,
             namespace=env.namespace, service=env.service,
             interval_secs=env.metrics_interval_secs,
-            gauge_interval_secs=env.gauge_interval_secs)
+            gauge_interval_secs=env.gauge_interval_secs,
+            refresh_gauges=self.gateway.refresh_gauges)
 
     @classmethod
     def build(cls, environ: Mapping[str, str] | None = None, *,
@@ -252,12 +253,9 @@ class Instance:
         if flush_due is not None:
             flush_due()  # never raises: failed samples stay pending
         if gauges:
-            gw.refresh_gauges()
             self.cadence.print_all()
-            return
-        if self.cadence.gauges_due():
-            gw.refresh_gauges()
-        self.cadence.after_request()
+        else:
+            self.cadence.after_request()
 
     async def shutdown(self) -> None:
         """The instance is going away: write pending latency samples, close the gateway,

@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import IO, TYPE_CHECKING
 
 from humpyard.metrics import emf
@@ -63,10 +63,12 @@ class MetricsCadence:
     ``print_all()`` prints everything now (the scheduled poller);
     ``print_pending()`` prints what is waiting (shutdown). Each returns the number
     of EMF records printed; one runs at a time (a shutdown may meet a request's flush).
+    ``refresh_gauges`` is called just before the gauges are printed.
     """
 
     def __init__(self, metrics: Metrics, out: IO[str] | None, clock: Clock, *, namespace: str,
-                 service: str, interval_secs: float, gauge_interval_secs: float) -> None:
+                 service: str, interval_secs: float, gauge_interval_secs: float,
+                 refresh_gauges: Callable[[], None] | None = None) -> None:
         self.metrics = metrics
         self.out = out
         self.clock = clock
@@ -78,13 +80,12 @@ class MetricsCadence:
         self._opened_at: float | None = None  # wall time of the window's first request
         self._printed_at: float | None = None  # monotonic time of that print
         self._gauges_at: float | None = None
-        self._alarmed_seen: dict[str, float] = {}
+        self._refresh_gauges = refresh_gauges
+        # Every counter is declared when the registry's owner is built; a counter's
+        # ``take`` leaves out series that did not move since the previous print.
+        self._alarmed = [m for m in metrics.collect()
+                         if m.name in ALARMED and m.kind == "counter"]
         self._lock = threading.RLock()
-
-    def gauges_due(self) -> bool:
-        """Whether this flush prints the gauges (refresh them first if so)."""
-        return (self._gauges_at is None
-                or self.clock.monotonic() - self._gauges_at >= self.gauge_interval_secs)
 
     def after_request(self) -> int:
         """One request is done: print what is due."""
@@ -94,15 +95,14 @@ class MetricsCadence:
                 self._opened_at = self.clock.now()
             self.pending += 1
             printed = 0
-            if self.gauges_due():
+            if self._gauges_at is None or now - self._gauges_at >= self.gauge_interval_secs:
                 printed += self._print_gauges()
             if (self._printed_at is None or self.pending >= MAX_PENDING
                     or now - self._printed_at >= self.interval_secs):
                 return printed + self.print_pending()
-            moved = [m for m in self._alarmed() if self._moved(m)]
-            if moved:  # stamped now: an alarm's minute is the one it happened in
-                printed += self._print(moved, self.clock.now())
-            return printed
+            # The alarmed counters that moved, stamped now: an alarm's minute is the
+            # one it happened in.
+            return printed + self._print(self._alarmed, self.clock.now())
 
     def print_pending(self) -> int:
         """Print every counter and histogram that moved since the last print."""
@@ -111,11 +111,8 @@ class MetricsCadence:
             self._printed_at = self.clock.monotonic()
             self.pending = 0
             self._opened_at = None
-            printed = self._print([m for m in self.metrics.collect() if m.kind != "gauge"],
-                                  stamp)
-            for m in self._alarmed():
-                self._alarmed_seen[m.name] = _total(m)
-            return printed
+            return self._print([m for m in self.metrics.collect() if m.kind != "gauge"],
+                               stamp)
 
     def print_all(self) -> int:
         """Print the gauges and everything pending (the poller, once a run)."""
@@ -125,22 +122,13 @@ class MetricsCadence:
     # -- internals --------------------------------------------------------------------
     def _print_gauges(self) -> int:
         self._gauges_at = self.clock.monotonic()
+        if self._refresh_gauges is not None:
+            self._refresh_gauges()
         return self._print([m for m in self.metrics.collect() if m.kind == "gauge"],
                            self.clock.now())
 
     def _stamp(self) -> float:
         return self._opened_at if self._opened_at is not None else self.clock.now()
-
-    def _alarmed(self) -> list[Counter]:
-        return [m for m in self.metrics.collect()  # type: ignore[misc]
-                if m.name in ALARMED and m.kind == "counter"]
-
-    def _moved(self, counter: Counter) -> bool:
-        total = _total(counter)
-        if total != self._alarmed_seen.get(counter.name, 0.0):
-            self._alarmed_seen[counter.name] = total
-            return True
-        return False
 
     def _print(self, metrics: Iterable[Metric], stamp: float) -> int:
         records = emf.records(metrics, namespace=self.namespace, service=self.service,
@@ -150,7 +138,3 @@ class MetricsCadence:
             out.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
             out.flush()
         return len(records)
-
-
-def _total(counter: Counter) -> float:
-    return sum(counter.samples().values())

@@ -129,23 +129,12 @@ class Aggregate:
             self.hist[b] = self.hist.get(b, 0) + n
 
 
-def contributions(row: DecisionRow) -> dict[tuple[str, str], Aggregate]:
-    """What one decision adds, per ``(group_by, group key)``, to its hour's buckets.
-
-    A missing group value (no key on an open gateway, no target on a
-    refusal) is the empty string here and ``None`` in ``stats`` answers.
-    """
-    out: dict[tuple[str, str], Aggregate] = {}
-
-    def at(dim: str, value: str | None) -> Aggregate:
-        return out.setdefault((dim, value or ""), Aggregate())
-
-    _add(row, at)
-    return out
-
-
 def _add(row: DecisionRow, at: Callable[[str, str | None], Aggregate]) -> None:
-    """Count ``row`` into the aggregates ``at(group_by, value)`` returns."""
+    """Count ``row`` into the aggregates ``at(group_by, value)`` returns.
+
+    A missing group value (no key on an open gateway, no target on a refusal)
+    is passed as ``None``; the buckets keep it as the empty string and ``stats``
+    answers show ``None``."""
     own_latency = row.latency_ms if row.outcome == "ok" else None
     served = (("target", row.target), ("provider", row.provider))
     for dim, value in (("route", row.route), ("key", row.key_id)):

@@ -75,10 +75,7 @@ class DynamoDBStats(DynamoDBBase):
     def _count_stats(self, rows: list[dec.DecisionRow]) -> None:
         """Add the stats of ``rows`` (decisions just recorded) to the pending aggregates."""
         with self._stats_lock:
-            for row in rows:
-                hour = agg.hour_of(row.ts)
-                for (dim, gkey), share in agg.contributions(row).items():
-                    self._pending_stats.setdefault((dim, hour, gkey), agg.Aggregate()).merge(share)
+            agg.add_into(self._pending_stats, rows)
 
     @property
     def pending_stats(self) -> int:

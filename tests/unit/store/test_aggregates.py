@@ -12,7 +12,7 @@ from humpyard.store.aggregates import (
     HIST_BUCKETS,
     HIST_MAX_MS,
     bucket_bounds,
-    contributions,
+    bucket_totals,
     latency_bucket,
     percentile,
 )
@@ -65,4 +65,4 @@ def test_indexed_fields_of_the_wrong_type_are_indexed_as_missing() -> None:
 def test_a_refusal_adds_no_target_row() -> None:
     row = decision_row({"request_id": "r", "ts": 0, "route": "auto", "outcome": "forbidden",
                         "target": None, "attempts": [], "cost_usd": 0.0})
-    assert sorted(contributions(row)) == [("key", ""), ("route", "auto")]
+    assert sorted(bucket_totals([row])) == [("key", 0, ""), ("route", 0, "auto")]
