@@ -183,13 +183,12 @@ def remainder_prefixes(routes: Iterable[Route]) -> tuple[tuple[bytes, ...], ...]
 def named_by_segments(raw: bytes, remainders: tuple[tuple[bytes, ...], ...]) -> bool:
     """Whether the raw path ``raw`` can name a route when segments are decoded once:
     an encoded ``/`` or ``\\`` may only sit in the one segment a remainder parameter
-    takes (after its route's fixed segments, themselves written plainly)."""
+    takes (after its route's fixed segments, which equal the route's own)."""
     if not _ENCODED_SEPARATOR.search(raw):
         return True
     segments = raw.lstrip(b"/").split(b"/")
     for prefix in remainders:
         n = len(prefix)
-        if (len(segments) == n + 1 and tuple(segments[:n]) == prefix
-                and not _ENCODED_SEPARATOR.search(b"/".join(segments[:n]))):
+        if len(segments) == n + 1 and tuple(segments[:n]) == prefix:
             return True
     return False

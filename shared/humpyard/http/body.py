@@ -106,13 +106,14 @@ def _no_constant(name: str) -> Any:
 
 
 def _integer(literal: str) -> int:
-    """An integer literal; one longer than Python converts (``sys.int_info``'s
-    digit limit, 4,300 by default) is refused by its length, not by the
-    message of the ``ValueError`` ``int`` would raise."""
-    limit = sys.get_int_max_str_digits()
-    if limit and len(literal) - literal.startswith("-") > limit:
-        raise RequestError(f"request body has an integer with more than {limit} digits")
-    return int(literal)
+    """An integer literal. The JSON scanner has matched its digits, so the only
+    ``ValueError`` ``int`` can raise is for more digits than Python converts
+    (``sys.get_int_max_str_digits()``, 4,300 by default)."""
+    try:
+        return int(literal)
+    except ValueError:
+        raise RequestError("request body has an integer with more than "
+                           f"{sys.get_int_max_str_digits()} digits") from None
 
 
 def _finite(literal: str) -> float:

@@ -29,7 +29,7 @@ from humpyard.keys import authenticate
 from humpyard.planning.estimate import estimate_prompt_tokens
 from humpyard.protocols.anthropic import decode_request, encode_response, error_body
 from humpyard.protocols.anthropic_stream import StreamTranslator, encode_event
-from humpyard.protocols.chat_chunks import FRAGMENTS_DROPPED
+from humpyard.protocols.chat_chunks import note_dropped
 from humpyard.protocols.sse import SSEEvent, json_objects
 from humpyard.records import Call, Served, new_request_id
 
@@ -86,8 +86,7 @@ async def _stream(call: Call, context: None,
     except Exception as e:  # noqa: BLE001 - the stream broke; the decision records why
         log.warning("anthropic stream broke after content: %s", e)
         failure = "the upstream stream broke after the answer started; it is incomplete"
-    if translator.dropped_fragments and FRAGMENTS_DROPPED not in call.notes:
-        call.notes.append(FRAGMENTS_DROPPED)
+    note_dropped(call.notes, translator.dropped_fragments)
     if failure is not None:
         yield encode_event("error", error_body(502, failure))
         return
@@ -124,7 +123,6 @@ async def count_tokens(request: Request) -> Response:
         body: Any = await read_json(request, gw.config.max_body_bytes)
         openai_body, _, _ = _decode({"max_tokens": 1, **body} if isinstance(body, dict)
                                     else body, gw.config)
-        high, _low = estimate_prompt_tokens(openai_body)
         call = Call(request_id=new_request_id(), config=gw.config, key=key, headers=headers,
                     body=openai_body, protocol=ANTHROPIC_MESSAGES.name, original=body)
         counted = await count_upstream_tokens(gw, call)
@@ -135,4 +133,7 @@ async def count_tokens(request: Request) -> Response:
     if counted is not None:
         return json_response({"input_tokens": counted},
                              headers={"x-humpyard-token-count": "upstream"})
+    # Planning, when it ran, has already sized the prompt (its high estimate).
+    high = (call.facts.prompt_tokens if call.facts is not None
+            else estimate_prompt_tokens(openai_body)[0])
     return json_response({"input_tokens": high}, headers={"x-humpyard-token-count": "estimate"})

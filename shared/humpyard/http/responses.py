@@ -19,12 +19,11 @@ from humpyard.errors import HumpyardError
 from humpyard.http.errors import json_reply
 from humpyard.http.intake import ClientProtocol, Headers
 from humpyard.http.reply import Reply
-from humpyard.protocols.chat_chunks import FRAGMENTS_DROPPED
+from humpyard.protocols.chat_chunks import note_dropped
 from humpyard.protocols.responses import encode_response
 from humpyard.protocols.responses_request import (
     ResponsesContext,
-    decode_request,
-    response_context,
+    decode,
 )
 from humpyard.protocols.responses_stream import ResponsesStreamTranslator, encode_event
 from humpyard.protocols.sse import SSEEvent, json_objects
@@ -36,8 +35,7 @@ BROKEN = "the upstream stream broke after the answer started; it is incomplete"
 
 
 def _decode(body: Any, config: Config) -> tuple[dict[str, Any], list[str], ResponsesContext]:
-    chat, notes = decode_request(body, forward_user=config.clients.forward_user)
-    return chat, notes, response_context(body)
+    return decode(body, forward_user=config.clients.forward_user)
 
 
 def _response_id(call: Call) -> str:
@@ -72,8 +70,7 @@ async def _stream(call: Call, context: ResponsesContext,
     except Exception as e:  # noqa: BLE001 - the stream broke; the decision records why
         log.warning("responses stream broke after content: %s", type(e).__name__)
         failed = translator.fail(BROKEN, "stream_broken")
-    if translator.dropped_fragments and FRAGMENTS_DROPPED not in call.notes:
-        call.notes.append(FRAGMENTS_DROPPED)
+    note_dropped(call.notes, translator.dropped_fragments)
     closing = failed if failed is not None else translator.finish()
     yield b"".join(encode_event(name, data) for name, data in closing)
 

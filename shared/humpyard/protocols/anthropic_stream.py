@@ -74,7 +74,11 @@ class StreamTranslator:
         self._finish_reason: str | None = None
         self._choice_stop: Any = None
         self._usage: dict | None = None
-        self.dropped_fragments = 0
+
+    @property
+    def dropped_fragments(self) -> int:
+        """Tool-call fragments dropped so far (their block was already closed)."""
+        return self._tools.dropped
 
     @property
     def has_content(self) -> bool:
@@ -205,7 +209,6 @@ class StreamTranslator:
     def _tool_call(self, fragment: dict) -> list[Event]:
         taken = self._tools.take(fragment)
         if taken is None:
-            self.dropped_fragments += 1
             return []
         slot, call, arguments = taken
         if self._open == slot:

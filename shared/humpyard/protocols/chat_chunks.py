@@ -21,6 +21,12 @@ FRAGMENTS_DROPPED = Note("stream_fragment", "tool-call fragments for an already 
 """The note a stream translator's ``dropped_fragments`` becomes in the decision."""
 
 
+def note_dropped(notes: list[str], dropped: int) -> None:
+    """Note ``FRAGMENTS_DROPPED`` in ``notes`` (once) when ``dropped`` fragments were."""
+    if dropped and FRAGMENTS_DROPPED not in notes:
+        notes.append(FRAGMENTS_DROPPED)
+
+
 class Chunk(NamedTuple):
     """What one chunk carries; ``choice`` is None when it has no choice (a usage-only
     chunk), and then the other fields are empty."""
@@ -71,6 +77,7 @@ class ToolCalls:
     def __init__(self) -> None:
         self.by_slot: dict[int, ToolCall] = {}
         self._slots: dict[int, int] = {}  # upstream tool-call index -> current slot
+        self.dropped = 0  # fragments for a call already closed
 
     def take(self, fragment: dict) -> tuple[int, ToolCall, str] | None:
         """The fragment's slot, its call (id and name filled in from it), and the
@@ -78,6 +85,7 @@ class ToolCalls:
         slot = self._slot(fragment)
         call = self.by_slot[slot]
         if call.closed:
+            self.dropped += 1
             return None
         function = fragment.get("function")
         function = function if isinstance(function, dict) else {}

@@ -3,7 +3,8 @@
 ``decode_request`` validates a ``POST /v1/responses`` body and returns the
 chat body the upstream receives plus notes on what it could not carry, as
 the Anthropic decoder does; ``response_context`` keeps what the answer must
-echo (the request's options, and how tool names map back). A malformed body
+echo (the request's options, and how tool names map back); ``decode``, what
+the gateway calls, returns both, mapping the tool names once. A malformed body
 raises ``RequestError`` naming the field, e.g. ``input[3].call_id: required``.
 What is supported, and the decisions (no stored responses, hosted tools) are
 in docs/clients.md, "Codex CLI and the Responses API".
@@ -58,7 +59,15 @@ def response_context(body: dict[str, Any]) -> ResponsesContext:
 
 
 def decode_request(body: Any, *, forward_user: bool = False) -> tuple[dict, list[str]]:
-    """Validate a Responses API body; return ``(openai_chat_body, notes)``.
+    """``decode`` without the context: ``(openai_chat_body, notes)``."""
+    chat, notes, _ = decode(body, forward_user=forward_user)
+    return chat, notes
+
+
+def decode(body: Any, *, forward_user: bool = False
+           ) -> tuple[dict, list[str], ResponsesContext]:
+    """Validate a Responses API body; return ``(openai_chat_body, notes, context)``,
+    the context being ``response_context(body)`` (the tool names mapped once).
 
     ``instructions`` and leading ``system``/``developer`` messages become the
     system message; later ones are folded into user turns (``system_fold``).
@@ -84,7 +93,8 @@ def decode_request(body: Any, *, forward_user: bool = False) -> tuple[dict, list
             fail("instructions", "must be a string")
         if instructions:
             messages.append({"role": "system", "content": instructions})
-    messages += _decode_input(body.get("input"), tool_names(body.get("tools")), notes)
+    names = tool_names(body.get("tools"))
+    messages += _decode_input(body.get("input"), names, notes)
     messages, folded = fold_system_messages(messages)
     if folded:
         note(notes, "system_message",
@@ -98,7 +108,7 @@ def decode_request(body: Any, *, forward_user: bool = False) -> tuple[dict, list
     for key in body:
         if key not in _HANDLED_FIELDS:
             note(notes, "ignored_field", f"{key} ignored: not translated to the upstream")
-    return out, notes
+    return out, notes, ResponsesContext(model=model, request=body, names=names)
 
 
 def _refuse_state(body: dict) -> None:

@@ -83,7 +83,11 @@ class ResponsesStreamTranslator:
         self._calls = ToolCalls()
         self._finish_reason: Any = None
         self._usage: dict | None = None
-        self.dropped_fragments = 0
+
+    @property
+    def dropped_fragments(self) -> int:
+        """Tool-call fragments dropped so far (their call was already closed)."""
+        return self._calls.dropped
 
     @property
     def has_content(self) -> bool:
@@ -245,7 +249,6 @@ class ResponsesStreamTranslator:
     def _tool_call(self, fragment: dict) -> list[Event]:
         taken = self._calls.take(fragment)
         if taken is None:
-            self.dropped_fragments += 1
             return []
         slot, call, arguments = taken
         if self._open is not None and self._open.kind == "call" and self._open.slot == slot:

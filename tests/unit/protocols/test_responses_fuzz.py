@@ -12,7 +12,7 @@ from humpyard.errors import RequestError
 from humpyard.protocols.anthropic_upstream import encode_request
 from humpyard.protocols.openai import validate_chat
 from humpyard.protocols.responses import encode_response
-from humpyard.protocols.responses_request import decode_request, response_context
+from humpyard.protocols.responses_request import decode, response_context
 
 FAST = settings(max_examples=200, deadline=None, database=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow])
@@ -67,7 +67,7 @@ bodies = st.one_of(
 @given(body=st.one_of(json_values, bodies))
 def test_decode_accepts_or_names_the_field(body):
     try:  # what the intake does: decode, then check what every protocol shares
-        chat, notes = decode_request(body)
+        chat, notes, context = decode(body)
         validate_chat(chat)
     except RequestError as e:
         assert e.status == 400 and ":" in e.message
@@ -76,4 +76,5 @@ def test_decode_accepts_or_names_the_field(body):
     json.dumps(chat, allow_nan=False)
     encode_request(chat)  # and it can be sent to an Anthropic upstream
     answer = {"choices": [{"message": {"content": "x"}, "finish_reason": "stop"}]}
-    encode_response(answer, response_context(body), response_id="resp_1", created_at=0)
+    assert context == response_context(body)  # the tool names mapped once, the same
+    encode_response(answer, context, response_id="resp_1", created_at=0)
