@@ -1,0 +1,148 @@
+"""A probe client and a memory reader, for attack tests.
+
+``Probe(url, model)`` sends small chat requests one after another from a
+thread of its own and records each latency and each failure. An attack test
+takes the probe's quiet figure first, then runs the attack with the probe
+running, and checks that the probe was served throughout::
+
+    with Probe(gw.url, "ok") as probe:
+        quiet = probe.measure(40)            # 40 requests, nothing else running
+        with probe.running():                # probing in the background...
+            attack()                         # ...while the attack runs
+        probe.assert_flat(quiet)             # p99 within 2x quiet (+ slack), no error
+
+``rss_mb(pid)`` and ``peak_rss_mb(pid)`` read ``/proc/<pid>/status`` (VmRSS,
+VmHWM) of a real ``humpyard serve`` child (``tests/durability/process.py``).
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import httpx
+
+MSG = [{"role": "user", "content": "ping"}]
+# A 2-core CI machine schedules the probe, the attacker and the gateway on the same
+# two cores: a fixed allowance on top of the factor keeps scheduler noise on a
+# millisecond-scale quiet figure from failing a test whose gateway did not stall.
+SLACK_SECS = 0.05
+
+
+@dataclass
+class Figures:
+    """Latencies (seconds) of one measuring phase and the failures seen in it."""
+
+    latencies: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def p50(self) -> float:
+        return statistics.median(self.latencies) if self.latencies else float("nan")
+
+    @property
+    def p99(self) -> float:
+        if not self.latencies:
+            return float("nan")
+        xs = sorted(self.latencies)
+        return xs[min(len(xs) - 1, int(round(0.99 * (len(xs) - 1))))]
+
+    def __str__(self) -> str:
+        return (f"n={len(self.latencies)} p50={self.p50 * 1000:.1f} ms "
+                f"p99={self.p99 * 1000:.1f} ms errors={len(self.errors)} {self.errors[:3]}")
+
+
+class Probe:
+    """A normal client: small buffered chat requests, one at a time."""
+
+    def __init__(self, url: str, model: str, *, headers: dict[str, str] | None = None,
+                 path: str = "/v1/chat/completions", timeout: float = 10.0):
+        self.url = url.rstrip("/")
+        self.model = model
+        self.path = path
+        self._client = httpx.Client(base_url=self.url, headers=headers or {}, timeout=timeout)
+        self.attacked = Figures()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> Probe:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        self._client.close()
+
+    def once(self, into: Figures) -> None:
+        t0 = time.perf_counter()
+        try:
+            r = self._client.post(self.path, json={"model": self.model, "messages": MSG,
+                                                   "max_tokens": 8})
+            elapsed = time.perf_counter() - t0
+            if r.status_code != 200:
+                into.errors.append(f"{r.status_code} {r.text[:120]}")
+            into.latencies.append(elapsed)
+        except httpx.HTTPError as e:
+            into.latencies.append(time.perf_counter() - t0)
+            into.errors.append(f"{type(e).__name__}: {e}")
+
+    def measure(self, n: int = 40, *, warmup: int = 5) -> Figures:
+        """``n`` requests in a row (after ``warmup`` unrecorded ones): the quiet figure."""
+        scratch = Figures()
+        for _ in range(warmup):
+            self.once(scratch)
+        figures = Figures()
+        for _ in range(n):
+            self.once(figures)
+        assert not figures.errors, f"the quiet probe failed: {figures}"
+        return figures
+
+    @contextmanager
+    def running(self, pause: float = 0.01) -> Iterator[Figures]:
+        """Probe in the background while the block runs; the figures are ``attacked``."""
+        self._stop.clear()
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                self.once(self.attacked)
+                self._stop.wait(pause)
+
+        self._thread = threading.Thread(target=loop, name="probe", daemon=True)
+        self._thread.start()
+        try:
+            yield self.attacked
+        finally:
+            self._stop.set()
+            self._thread.join(30)
+            self._thread = None
+
+    def assert_flat(self, quiet: Figures, *, factor: float = 2.0, min_samples: int = 5) -> None:
+        """During the attack: no error, enough answers, p99 within ``factor`` x quiet."""
+        got = self.attacked
+        assert not got.errors, f"the probe failed during the attack: {got}"
+        assert len(got.latencies) >= min_samples, f"the probe was starved: {got}"
+        bound = factor * quiet.p99 + SLACK_SECS
+        assert got.p99 <= bound, f"probe p99 {got} against quiet {quiet} (bound {bound:.3f}s)"
+
+
+def _status_kb(pid: int, field_name: str) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1])
+    raise LookupError(field_name)
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of ``pid`` now, in MB."""
+    return _status_kb(pid, "VmRSS") / 1024
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The highest resident memory ``pid`` has had (VmHWM), in MB."""
+    return _status_kb(pid, "VmHWM") / 1024
