@@ -19,6 +19,7 @@ settings and the environment (``upstream/proxies.py``, ``upstream/tls.py``).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import zlib
 from collections.abc import AsyncIterator, Mapping
@@ -30,7 +31,7 @@ from humpyard import __version__
 from humpyard.config.spec import Config, ProviderSpec
 from humpyard.protocols.anthropic_upstream import ANTHROPIC_VERSION
 from humpyard.upstream.dial import Origin
-from humpyard.upstream.encoding import Decoder, decoder_for
+from humpyard.upstream.encoding import STEP, Decoder, decoder_for
 from humpyard.upstream.errors import (
     BodyTooLarge,
     DecodingFailure,
@@ -112,7 +113,7 @@ class UpstreamResponse:
         await self._body.aclose()
 
 
-RATIO_FLOOR = 1 << 20
+RATIO_FLOOR = 1 << 18
 """Decoded bytes before the ratio guard looks: a small body may inflate any amount."""
 
 
@@ -121,9 +122,12 @@ class _Decoded:
 
     Nothing is inflated ahead of the reader (``upstream/encoding.py``); past
     ``RATIO_FLOOR`` decoded bytes, a body that has inflated more than
-    ``max_ratio`` times the compressed bytes it took is a ``DecompressionBomb``."""
+    ``max_ratio`` times the compressed bytes it took is a ``DecompressionBomb``.
+    A step decoded from input already in hand lets the event loop run first, so
+    a small body that inflates far is never one long stretch of the loop's time."""
 
-    __slots__ = ("_body", "_it", "_decoder", "_what", "_ended", "_max_ratio", "_address")
+    __slots__ = ("_body", "_it", "_decoder", "_what", "_ended", "_max_ratio", "_address",
+                 "_owed")
 
     def __init__(self, body: _Body, decoder: Decoder, what: str, max_ratio: float,
                  address: str):
@@ -131,15 +135,20 @@ class _Decoded:
         self._max_ratio, self._address = max_ratio, address
         self._it = body.__aiter__()
         self._ended = False
+        self._owed = False  # the last step came without waiting: yield before the next
 
     def __aiter__(self) -> _Decoded:
         return self
 
     async def __anext__(self) -> bytes:
         d = self._decoder
+        if self._owed:
+            self._owed = False
+            await asyncio.sleep(0)
         while True:
             out = self._pull(d)
             if out:
+                self._owed = len(out) == STEP  # more may be in hand: not all of it now
                 return out
             if self._ended:
                 raise StopAsyncIteration

@@ -164,7 +164,7 @@ class BodyTooLarge(AnswerTooLarge):
 
 class DecompressionBomb(AnswerTooLarge):
     """A gzip/deflate body that inflates more than ``max_decompression_ratio``
-    times its compressed size (checked once 1 MiB has come out)."""
+    times its compressed size (checked once 256 KiB have come out)."""
 
 
 class EventTooLarge(AnswerTooLarge):
