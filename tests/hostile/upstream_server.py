@@ -5,8 +5,9 @@ so a test's probe, timed in the test's process, never waits for the GIL while
 the attacker writes a gigabyte). A provider whose
 ``base_url`` is ``{url}/<kind>/v1`` gets, for every request, the bytes of the
 generator registered as ``<kind>`` (``answers``): an iterable of ``bytes`` (each
-written, then drained, so a 1 GiB answer never sits in memory) and ``HOLD``
-(keep the connection open, silent, until the server stops). ``hits[kind]``
+written, then drained, so a 1 GiB answer never sits in memory), a ``float``
+(seconds of silence) and ``HOLD`` (keep the connection open, silent, until the
+server stops). ``hits[kind]``
 counts the requests each kind received. Nothing here parses beyond the request
 line and ``Content-Length``: the point is to send exactly what a broken or
 malicious provider would.
@@ -91,6 +92,9 @@ class HostileUpstream:
                 for part in self.answers[kind]():
                     if part is HOLD:
                         await asyncio.Event().wait()
+                    if isinstance(part, float):
+                        await asyncio.sleep(part)
+                        continue
                     assert isinstance(part, bytes)
                     writer.write(part)
                     await writer.drain()

@@ -72,8 +72,11 @@ class SSEDecoder:
         """The events completed by ``chunk``."""
         if self._skip_lf and chunk:
             self._skip_lf = False
-            if chunk[0] == 0x0A:
-                chunk = chunk[1:]
+            if chunk[0] == 0x0A:  # the rest of a CRLF: part of the block's bytes, if
+                chunk = chunk[1:]  # the block was not dispatched at the CR already
+                if self._block:
+                    self._block.append(b"\n")
+                    self._block_len += 1
         if not self._started:
             buf = b"".join(self._block) + chunk if self._block else chunk
             if len(buf) < 3 and _BOM.startswith(buf):
