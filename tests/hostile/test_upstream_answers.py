@@ -6,7 +6,8 @@ first and a good one second (``tests/hostile/upstream_server.py``). Each attack:
 
 - a 1 GiB gzip bomb (about 1 MB on the wire) on a 200, on a 500 and on an event
   stream (content-less events, held back), a plain body of 1 GiB with no length,
-  and an event-stream line that never ends;
+  and an event-stream line that never ends (from an OpenAI and an Anthropic
+  provider);
 
 must fail over to the good provider before anything reached the client, be
 recorded as a failed attempt of its own failure class, leave a probe client's
@@ -85,9 +86,16 @@ def endless_line_after_content() -> Iterator[bytes]:
     yield from repeated(b"a" * (1 << 16), GiB)
 
 
+def anthropic_endless() -> Iterator[bytes]:
+    yield head(200, "text/event-stream")
+    yield b'event: message_start\ndata: {"type":"message_start","message":{"usage":{}}}\n\n'
+    yield b"event: ping\ndata: "
+    yield from repeated(b"a" * (1 << 16), GiB)
+
+
 ANSWERS = {"bomb200": bomb_200, "bomb500": bomb_500, "bombstream": bomb_stream,
            "plain": plain_huge, "endless": endless_line,
-           "endlessafter": endless_line_after_content}
+           "endlessafter": endless_line_after_content, "anthropic": anthropic_endless}
 
 
 def config(tmp: Path, hostile: HostileUpstream, good: str) -> Path:
@@ -107,6 +115,7 @@ targets = ["good"]
         parts.append(f"""
 [providers.{kind}]
 base_url = "{hostile.url(kind)}"
+protocol = "{'anthropic' if kind == 'anthropic' else 'openai'}"
 [targets.{kind}]
 endpoints = [{{ provider = "{kind}", model = "m" }}]
 [routes.{kind}]
@@ -121,12 +130,27 @@ class Bed:
     def __init__(self, server: ServeProcess, hostile: HostileUpstream, probe: Probe):
         self.server, self.hostile, self.probe = server, hostile, probe
         self.http = httpx.Client(base_url=server.url, timeout=60)
-        self.quiet = probe.measure(30)
+        probe.measure(30)  # warm: connections, caches, the first decisions written
         self.idle_mb = rss_mb(server.pid)
 
     def attack(self, kind: str, *, stream: bool) -> tuple[httpx.Response, list[str]]:
         """One request to ``kind``'s route while the probe runs; the answer and, for a
-        stream, its lines. Fails if the hostile provider was never called."""
+        stream, its lines. Fails if the hostile provider was not called, or if the
+        probe's latency during the attack was not flat against a quiet figure taken
+        just before it (on a shared 2-core machine a neighbour's burst can spoil one
+        run: the attack is played once more before that counts as a failure)."""
+        for again in (False, True):
+            quiet = self.probe.measure(40, warmup=2)
+            resp, lines = self._attack_once(kind, stream)
+            try:
+                self.probe.assert_flat(quiet)
+                break
+            except AssertionError:
+                if again:
+                    raise
+        return resp, lines
+
+    def _attack_once(self, kind: str, stream: bool) -> tuple[httpx.Response, list[str]]:
         before = self.hostile.hits[kind]
         body: dict[str, Any] = {"model": kind, "messages": [{"role": "user", "content": "x"}]}
         if stream:
@@ -161,7 +185,6 @@ class Bed:
         peak = peak_rss_mb(self.server.pid)
         assert peak <= self.idle_mb + RSS_BUDGET_MB, \
             f"peak RSS {peak:.0f} MB, idle {self.idle_mb:.0f} MB"
-        self.probe.assert_flat(self.quiet)
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +196,11 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
             ServeProcess(config(tmp, hostile, good.url + "/v1"), tmp / "serve.log",
                          log_level="WARNING") as server, \
             Probe(server.url, "ok") as probe:
-        yield Bed(server, hostile, probe)
+        bed = Bed(server, hostile, probe)
+        try:
+            yield bed
+        finally:
+            bed.http.close()
 
 
 def failed_over(bed: Bed, resp: httpx.Response, cls: str, says: str) -> dict[str, Any]:
@@ -209,7 +236,8 @@ def test_a_gzip_bomb_on_an_error_answer_is_read_no_further_than_the_error_read(
 @pytest.mark.parametrize(("kind", "says"), [
     ("bombstream", "max_decompression_ratio"),
     ("endless", "max_sse_event_bytes"),
-], ids=["gzip-bomb-stream", "endless-line"])
+    ("anthropic", "max_sse_event_bytes"),
+], ids=["gzip-bomb-stream", "endless-line", "endless-line-anthropic"])
 def test_a_hostile_stream_fails_over_before_the_first_content(bed: Bed, kind: str,
                                                               says: str) -> None:
     resp, lines = bed.attack(kind, stream=True)

@@ -104,9 +104,23 @@ class Bed:
     def __init__(self, server: ServeProcess, hostile: HostileUpstream, probe: Probe):
         self.server, self.hostile, self.probe = server, hostile, probe
         self.http = httpx.Client(base_url=server.url, timeout=30)
-        self.quiet = probe.measure(30)
+        probe.measure(30)  # warm
 
     def send(self, kind: str, *, stream: bool) -> tuple[httpx.Response, list[str], float]:
+        """One request while the probe runs; flat against a quiet figure taken just
+        before (played once more if a neighbour's burst spoiled the first run)."""
+        for again in (False, True):
+            quiet = self.probe.measure(40, warmup=2)
+            got = self._send_once(kind, stream)
+            try:
+                self.probe.assert_flat(quiet)
+                break
+            except AssertionError:
+                if again:
+                    raise
+        return got
+
+    def _send_once(self, kind: str, stream: bool) -> tuple[httpx.Response, list[str], float]:
         body: dict[str, Any] = {"model": kind, "messages": [{"role": "user", "content": "x"}]}
         if stream:
             body["stream"] = True
@@ -118,7 +132,6 @@ class Bed:
                 lines = [ln for ln in r.iter_lines() if ln]
             elapsed = time.monotonic() - started
         assert self.hostile.hits[kind] == before + 1
-        self.probe.assert_flat(self.quiet)
         return r, lines, elapsed
 
     def decision(self, request_id: str) -> dict[str, Any]:
@@ -136,7 +149,11 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
             ServeProcess(config(tmp, hostile, good.url + "/v1"), tmp / "serve.log",
                          log_level="WARNING") as server, \
             Probe(server.url, "ok") as probe:
-        yield Bed(server, hostile, probe)
+        bed = Bed(server, hostile, probe)
+        try:
+            yield bed
+        finally:
+            bed.http.close()
 
 
 @pytest.mark.parametrize(("kind", "stream", "says"), [
