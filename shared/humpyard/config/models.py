@@ -83,6 +83,12 @@ class Provider(_Strict):
     client_cert: str | None = Field(default=None, min_length=1)
     client_key: str | None = Field(default=None, min_length=1)
     max_concurrent: int | None = Field(default=None, ge=1, le=1_000_000)
+    # Limits on answers (docs/upstream.md "Limits on answers"); None: [router]'s.
+    max_response_bytes: int | None = Field(default=None, ge=1024, le=1 << 30)
+    max_decompression_ratio: float | None = Field(default=None, ge=10, le=100_000)
+    max_sse_event_bytes: int | None = Field(default=None, ge=1024, le=1 << 28)
+    first_byte_timeout_secs: float | None = Field(default=None, gt=0, le=3600)
+    idle_timeout_secs: float | None = Field(default=None, gt=0, le=3600)
 
     @field_validator("base_url")
     @classmethod
@@ -323,6 +329,13 @@ class Router(_Strict):
     # (docs/upstream.md "Concurrency").
     max_concurrent: int = Field(default=10_000, ge=1, le=1_000_000)
     slot_wait_secs: float = Field(default=10, ge=0, le=3600)
+    # Limits on answers, every provider's unless it sets its own (docs/upstream.md
+    # "Limits on answers"; docs/decisions/0010-limits-on-answers.md).
+    max_response_bytes: int = Field(default=32 << 20, ge=1024, le=1 << 30)
+    max_decompression_ratio: float = Field(default=250, ge=10, le=100_000)
+    max_sse_event_bytes: int = Field(default=4 << 20, ge=1024, le=1 << 28)
+    first_byte_timeout_secs: float = Field(default=120, gt=0, le=3600)
+    idle_timeout_secs: float = Field(default=300, gt=0, le=3600)
 
 
 class Ledger(_Strict):

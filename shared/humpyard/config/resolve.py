@@ -13,10 +13,11 @@ import ipaddress
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
-from humpyard.config.models import RawConfig, Route, SelectRule
+from humpyard.config.models import Provider, RawConfig, Route, Router, SelectRule
 from humpyard.config.names import FAILURE_CLASSES
 from humpyard.config.problems import Salvage, did_you_mean, path
 from humpyard.config.spec import (
+    AnswerLimits,
     BudgetSpec,
     ClientsSpec,
     Config,
@@ -77,7 +78,8 @@ def resolve(raw: RawConfig, env: Mapping[str, str], *, source: str = "<memory>",
                           skip_cold_targets=h.skip_cold_targets),
         router=RouterSpec(probe_interval_secs=rt.probe_interval_secs,
                           probe_timeout_secs=rt.probe_timeout_secs,
-                          max_concurrent=rt.max_concurrent, slot_wait_secs=rt.slot_wait_secs),
+                          max_concurrent=rt.max_concurrent, slot_wait_secs=rt.slot_wait_secs,
+                          limits=_limits(rt)),
         overrides=OverridesSpec(default_secs=ov.default_secs, max_secs=ov.max_secs),
         ledger=LedgerSpec(path=raw.ledger.path,
                           decision_retention_days=raw.ledger.decision_retention_days)
@@ -166,8 +168,20 @@ def _providers(raw: RawConfig, env: Mapping[str, str], errors: list[str],
             quota_source=p.quota_source, api_key_env=p.api_key_env, api_key=key,
             catalog_id=p.catalog_id,
             proxy=p.proxy, ca_file=p.ca_file, client_cert=p.client_cert,
-            client_key=p.client_key, max_concurrent=p.max_concurrent, protocol=p.protocol)
+            client_key=p.client_key, max_concurrent=p.max_concurrent, protocol=p.protocol,
+            limits=_limits(raw.router, p))
     return out
+
+
+def _limits(router: Router, provider: Provider | None = None) -> AnswerLimits:
+    """``[router]``'s limits on answers, with a provider's own keys over them."""
+    names = ("max_response_bytes", "max_decompression_ratio", "max_sse_event_bytes",
+             "first_byte_timeout_secs", "idle_timeout_secs")
+    values = {n: getattr(router, n) for n in names}
+    if provider is not None:
+        values.update({n: getattr(provider, n) for n in names
+                       if getattr(provider, n) is not None})
+    return AnswerLimits(**values)
 
 
 def _targets(raw: RawConfig, errors: list[str], known: Salvage) -> dict[str, TargetSpec]:

@@ -34,6 +34,20 @@ class HealthSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class AnswerLimits:
+    """What the gateway holds of one upstream answer, and how long it waits for it
+    (docs/upstream.md, "Limits on answers"): a buffered body's bytes after decoding,
+    how much a gzip/deflate body may inflate, one event-stream event's bytes, the
+    wait for a streamed call's head, and the longest silence inside a body."""
+
+    max_response_bytes: int = 32 << 20
+    max_decompression_ratio: float = 250
+    max_sse_event_bytes: int = 4 << 20
+    first_byte_timeout_secs: float = 120
+    idle_timeout_secs: float = 300
+
+
+@dataclass(frozen=True, slots=True)
 class RouterSpec:
     """``[router]``: readiness probing, and upstream calls in flight per process
     (``max_concurrent``; a call waits at most ``slot_wait_secs`` for a slot)."""
@@ -42,6 +56,7 @@ class RouterSpec:
     probe_timeout_secs: float = 2
     max_concurrent: int = 10_000
     slot_wait_secs: float = 10
+    limits: AnswerLimits = AnswerLimits()
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +225,7 @@ class ProviderSpec:
     client_key: str | None = None
     max_concurrent: int | None = None
     protocol: str = "openai"  # "anthropic": Anthropic Messages at {base_url}/messages
+    limits: AnswerLimits = AnswerLimits()  # [router]'s, with the provider's own keys
 
 
 @dataclass(frozen=True, slots=True)

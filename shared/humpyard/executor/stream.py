@@ -20,12 +20,51 @@ import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
+from humpyard.config.spec import AnswerLimits
 from humpyard.errors import UpstreamError
 from humpyard.protocols.anthropic_upstream import chat_usage
 from humpyard.protocols.anthropic_upstream_stream import ChunkTranslator
-from humpyard.protocols.sse import DONE, SSEDecoder, SSEEvent
+from humpyard.protocols.sse import DONE, SSEDecoder, SSEEvent, SSETooLarge
 from humpyard.redact import redact
 from humpyard.upstream.client import UpstreamResponse
+from humpyard.upstream.errors import BodyTooLarge, EventTooLarge
+
+DEFAULT_LIMITS = AnswerLimits()
+
+
+class _Events:
+    """The upstream's body as batches of events, within the limits on answers:
+    one event at most ``max_sse_event_bytes``, and the held-back start of a stream
+    (what is read before the first content) at most ``max_response_bytes``. Past
+    either, ``EventTooLarge`` or ``BodyTooLarge`` (``upstream/errors.py``): before
+    the first content it fails over, after it it ends the client's stream."""
+
+    __slots__ = ("raw", "decoder", "address", "held_max", "held")
+
+    def __init__(self, resp: UpstreamResponse, limits: AnswerLimits):
+        self.raw = resp.iter_raw()
+        self.decoder = SSEDecoder(limits.max_sse_event_bytes)
+        self.address = resp.address
+        self.held_max: int | None = limits.max_response_bytes
+        self.held = 0
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        if self.held_max is not None:
+            self.held += len(chunk)
+            if self.held > self.held_max:
+                raise BodyTooLarge(f"the upstream's stream sent {self.held} bytes without "
+                                   f"content, over max_response_bytes={self.held_max} "
+                                   f"{self.address}", self.address)
+        try:
+            return self.decoder.feed(chunk)
+        except SSETooLarge as e:
+            raise EventTooLarge(f"the upstream's stream has an event of {e.size}+ bytes, "
+                                f"over max_sse_event_bytes={e.limit} {self.address}",
+                                self.address) from None
+
+    def relaying(self) -> None:
+        """The first content is in: what was held is going out; no more held bound."""
+        self.held_max = None
 
 
 @dataclass
@@ -60,19 +99,21 @@ def _usage_of(obj: dict, into: dict[str, int]) -> None:
 
 
 async def hold_back(resp: UpstreamResponse, wanted_usage: bool = True,
-                    secrets: Sequence[str | None] = ()) -> HeldStream:
+                    secrets: Sequence[str | None] = (),
+                    limits: AnswerLimits = DEFAULT_LIMITS) -> HeldStream:
     """Read until first content; return the held events plus the rest, or an error.
 
     No error message, here or raised by the relayed rest, contains one of
-    ``secrets`` (the provider's key, which some upstreams quote in errors)."""
-    decoder = SSEDecoder()
+    ``secrets`` (the provider's key, which some upstreams quote in errors).
+    A stream past ``limits`` raises (``_Events``)."""
+    events = _Events(resp, limits)
     held: list[SSEEvent] = []
     usage: dict[str, int] = {}
-    raw = resp.iter_raw()
+    raw = events.raw
     content = False
     ended = False
     async for chunk in raw:
-        for ev in decoder.feed(chunk):
+        for ev in events.feed(chunk):
             if ev.data == "[DONE]":
                 held.append(ev)
                 ended = True
@@ -100,7 +141,8 @@ async def hold_back(resp: UpstreamResponse, wanted_usage: bool = True,
         # is still an answer only if the upstream said it finished.
         if not any(_finished(e) for e in held):
             return HeldStream(error="upstream closed the stream before any content")
-    return HeldStream(events=_relay(held, raw, decoder, usage, wanted_usage, secrets),
+    events.relaying()
+    return HeldStream(events=_relay(held, events, usage, wanted_usage, secrets),
                       usage=usage)
 
 
@@ -108,7 +150,7 @@ def _finished(ev: SSEEvent) -> bool:
     return '"finish_reason":"' in ev.data.replace(" ", "") or ev.data == "[DONE]"
 
 
-async def _relay(held: list[SSEEvent], raw: AsyncIterator[bytes], decoder: SSEDecoder,
+async def _relay(held: list[SSEEvent], events: _Events,
                  usage: dict[str, int], wanted_usage: bool,
                  secrets: Sequence[str | None] = ()) -> AsyncIterator[list[SSEEvent]]:
     """The held events as one batch, then one batch per upstream read (so the
@@ -117,9 +159,9 @@ async def _relay(held: list[SSEEvent], raw: AsyncIterator[bytes], decoder: SSEDe
     after the events before it in the same read."""
     if held:
         yield held
-    async for chunk in raw:
+    async for chunk in events.raw:
         batch: list[SSEEvent] = []
-        for ev in decoder.feed(chunk):
+        for ev in events.feed(chunk):
             if '"usage"' in ev.data or '"error"' in ev.data:
                 try:
                     obj = json.loads(ev.data)
@@ -231,38 +273,39 @@ class _AnthropicEvents:
 
 async def hold_back_anthropic(resp: UpstreamResponse, wanted_usage: bool = True,
                               secrets: Sequence[str | None] = (),
-                              translator: ChunkTranslator | None = None) -> HeldStream:
+                              translator: ChunkTranslator | None = None,
+                              limits: AnswerLimits = DEFAULT_LIMITS) -> HeldStream:
     """``hold_back`` for an Anthropic Messages stream (see the module docstring).
 
     With ``translator`` the events come out as chat chunks; without, as they
     came. After the first content, an ``error`` event, or an end without
     ``message_stop``, raises ``UpstreamError`` (code ``stream_broken``) from
     the relayed rest."""
-    decoder = SSEDecoder()
+    events = _Events(resp, limits)
     reader = _AnthropicEvents(translator, wanted_usage, secrets)
     held: list[SSEEvent] = []
-    raw = resp.iter_raw()
+    raw = events.raw
     try:
         async for chunk in raw:
-            reader.take(decoder.feed(chunk), held)
+            reader.take(events.feed(chunk), held)
             if reader.content or reader.ended:
                 break
     except _Broken as e:
         return HeldStream(error=str(e))
     if not reader.content and not reader.ended:
         return HeldStream(error="upstream closed the stream before any content")
-    return HeldStream(events=_relay_anthropic(held, raw, decoder, reader), usage=reader.usage)
+    events.relaying()
+    return HeldStream(events=_relay_anthropic(held, events, reader), usage=reader.usage)
 
 
-async def _relay_anthropic(held: list[SSEEvent], raw: AsyncIterator[bytes],
-                           decoder: SSEDecoder,
+async def _relay_anthropic(held: list[SSEEvent], events: _Events,
                            reader: _AnthropicEvents) -> AsyncIterator[list[SSEEvent]]:
     if held:
         yield held
-    async for chunk in raw:
+    async for chunk in events.raw:
         batch: list[SSEEvent] = []
         try:
-            reader.take(decoder.feed(chunk), batch)
+            reader.take(events.feed(chunk), batch)
         except _Broken as e:
             if batch:
                 yield batch

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from humpyard.clock import Clock
-from humpyard.config.spec import EndpointSpec, ProviderSpec
+from humpyard.config.spec import AnswerLimits, EndpointSpec, ProviderSpec
 from humpyard.executor.stream import HeldStream, hold_back, hold_back_anthropic
 from humpyard.protocols.adapt import fit_chat, fit_message
 from humpyard.protocols.anthropic_errors import anthropic_error_facts
@@ -101,8 +101,9 @@ class OpenAIUpstream:
         return Answer(data, raw, usage if isinstance(usage, dict) else {})
 
     async def hold_back(self, resp: UpstreamResponse, *, native: bool, wanted_usage: bool,
-                        secrets: tuple[str | None, ...], model: str) -> HeldStream:
-        return await hold_back(resp, wanted_usage, secrets=secrets)
+                        secrets: tuple[str | None, ...], model: str,
+                        limits: AnswerLimits) -> HeldStream:
+        return await hold_back(resp, wanted_usage, secrets=secrets, limits=limits)
 
     def classify(self, status: int, head: bytes) -> Classification:
         return classify_status(status, head)
@@ -182,10 +183,11 @@ class AnthropicUpstream:
         return Answer(chat, None, chat["usage"])
 
     async def hold_back(self, resp: UpstreamResponse, *, native: bool, wanted_usage: bool,
-                        secrets: tuple[str | None, ...], model: str) -> HeldStream:
+                        secrets: tuple[str | None, ...], model: str,
+                        limits: AnswerLimits) -> HeldStream:
         translator = None if native else ChunkTranslator(created=int(self.clock.now()),
                                                          model=model)
-        return await hold_back_anthropic(resp, wanted_usage, secrets, translator)
+        return await hold_back_anthropic(resp, wanted_usage, secrets, translator, limits)
 
     def classify(self, status: int, head: bytes) -> Classification:
         return classify_status(*anthropic_error_facts(status, head))

@@ -168,7 +168,7 @@ class Executor:
             async with asyncio.timeout(provider.timeout_secs):
                 resp = await self.client.open(provider, proto.path, req.payload,
                                               extra_headers=req.headers,
-                                              connect_timeout=connect_timeout)
+                                              connect_timeout=connect_timeout, stream=stream)
                 att.status = resp.status
                 if resp.status == 200:
                     served = await self._answer(resp, target, ep, provider, stream, att,
@@ -221,7 +221,8 @@ class Executor:
         relayed = proto.name if native else None
         if stream:
             head = await proto.hold_back(resp, native=native, wanted_usage=wanted_usage,
-                                         secrets=(provider.api_key,), model=ep.model)
+                                         secrets=(provider.api_key,), model=ep.model,
+                                         limits=provider.limits)
             if head.error is not None:
                 cls = classify_status(502, b"")
                 return Failure(502, head.error, str(cls.failure_class)), cls
@@ -231,7 +232,7 @@ class Executor:
             return Served(target=target.name, endpoint=ep, status=200, attempts=attempts,
                           events=head.events, upstream_ms=ms, usage=head.usage,
                           closer=resp.aclose, native=relayed)
-        raw = await resp.read()
+        raw = await resp.read(max_bytes=provider.limits.max_response_bytes)
         answer = proto.read(raw, native)
         if answer is None:
             msg = _error_message(raw, json_only=True) or NOT_AN_ANSWER.format(proto.answer)

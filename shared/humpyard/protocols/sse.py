@@ -37,54 +37,94 @@ class SSEEvent:
     retry: int | None = None
 
 
+class SSETooLarge(ValueError):
+    """One event (or one line) of the stream is over the decoder's ``max_event_bytes``."""
+
+    def __init__(self, size: int, limit: int):
+        super().__init__(f"an event-stream event of {size}+ bytes is over {limit}")
+        self.size, self.limit = size, limit
+
+
 class SSEDecoder:
-    """Feed bytes, get events. Incomplete trailing data waits for the next feed."""
+    """Feed bytes, get events. Incomplete trailing data waits for the next feed.
 
-    __slots__ = ("_buf", "_scan", "_data", "_event", "_retry", "_last_id", "_started",
-                 "_skip_lf")
+    Linear in the bytes fed, however they are split: an unfinished line or event
+    is kept as the pieces that arrived and joined once, when it completes.
+    ``max_event_bytes`` (None: no limit) bounds one event's bytes, and so one
+    line's: past it ``feed`` raises ``SSETooLarge``."""
 
-    def __init__(self) -> None:
-        self._buf = b""  # the current block's bytes (complete lines, then a partial one)
-        self._scan = 0  # where the partial line starts in _buf
+    __slots__ = ("_block", "_block_len", "_line", "_data", "_event", "_retry", "_last_id",
+                 "_started", "_skip_lf", "_max")
+
+    def __init__(self, max_event_bytes: int | None = None) -> None:
+        self._block: list[bytes] = []  # the current block's bytes from earlier feeds
+        self._block_len = 0
+        self._line: list[bytes] = []  # the unfinished line's pieces (a tail of _block)
         self._data: list[str] = []
         self._event: str | None = None
         self._retry: int | None = None
         self._last_id: str | None = None
         self._started = False  # past the (optional) leading BOM
         self._skip_lf = False  # the last line ended in CR: a LF next belongs to it
+        self._max = max_event_bytes
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """The events completed by ``chunk``."""
         if self._skip_lf and chunk:
             self._skip_lf = False
-            if chunk[0] == 0x0A:
-                chunk = chunk[1:]
-        buf = self._buf + chunk if self._buf else chunk
+            if chunk[0] == 0x0A:  # the rest of a CRLF: part of the block's bytes, if
+                chunk = chunk[1:]  # the block was not dispatched at the CR already
+                if self._block:
+                    self._block.append(b"\n")
+                    self._block_len += 1
         if not self._started:
+            buf = b"".join(self._block) + chunk if self._block else chunk
             if len(buf) < 3 and _BOM.startswith(buf):
-                self._buf = buf
+                self._block, self._block_len = [buf], len(buf)
                 return []
             self._started = True
-            if buf.startswith(_BOM):
-                buf = buf[3:]
+            self._block, self._block_len = [], 0
+            chunk = buf[3:] if buf.startswith(_BOM) else buf
         events: list[SSEEvent] = []
-        start = 0  # the current block's start in buf
-        pos = self._scan
-        for m in _EOL.finditer(buf, pos):
-            line = buf[pos:m.start()]
-            end = m.end()
-            if m.end() == len(buf) and buf[m.start()] == 0x0D and m.end() - m.start() == 1:
+        start = 0  # the current block's start in chunk (its earlier bytes: _block)
+        pos = 0  # the current line's start in chunk
+        size = len(chunk)
+        for m in _EOL.finditer(chunk):
+            s, end = m.span()
+            if self._line:
+                self._line.append(chunk[pos:s])
+                line = b"".join(self._line)
+                self._line.clear()
+            else:
+                line = chunk[pos:s]
+            if end == size and end - s == 1 and chunk[s] == 0x0D:
                 self._skip_lf = True  # a CR at the very end: a LF may follow in the next feed
             pos = end
             if line:
+                if self._max is not None and len(line) > self._max:
+                    raise SSETooLarge(len(line), self._max)
                 self._field(line)
                 continue
-            ev = self._dispatch(buf[start:end])
+            if self._block:
+                self._block.append(chunk[start:end])
+                wire = b"".join(self._block)
+                self._block.clear()
+                self._block_len = 0
+            else:
+                wire = chunk[start:end]
+            if self._max is not None and len(wire) > self._max:
+                raise SSETooLarge(len(wire), self._max)
+            ev = self._dispatch(wire)
             if ev is not None:
                 events.append(ev)
             start = end
-        self._buf = buf[start:]
-        self._scan = pos - start
+        if start < size:
+            self._block.append(chunk[start:] if start else chunk)
+            self._block_len += size - start
+            if pos < size:
+                self._line.append(chunk[pos:] if pos else chunk)
+            if self._max is not None and self._block_len > self._max:
+                raise SSETooLarge(self._block_len, self._max)
         return events
 
     def _field(self, line: bytes) -> None:
@@ -115,7 +155,7 @@ class SSEDecoder:
     @property
     def pending(self) -> bytes:
         """Bytes received but not yet part of a complete event."""
-        return self._buf
+        return b"".join(self._block)
 
 
 def encode(data: str, event: str | None = None) -> bytes:

@@ -19,9 +19,10 @@ settings and the environment (``upstream/proxies.py``, ``upstream/tls.py``).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import zlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, urlsplit
@@ -30,8 +31,17 @@ from humpyard import __version__
 from humpyard.config.spec import Config, ProviderSpec
 from humpyard.protocols.anthropic_upstream import ANTHROPIC_VERSION
 from humpyard.upstream.dial import Origin
-from humpyard.upstream.encoding import Decoder, decoder_for
-from humpyard.upstream.errors import DecodingFailure, TransportFailure, UnsupportedURL
+from humpyard.upstream.encoding import STEP, Decoder, decoder_for
+from humpyard.upstream.errors import (
+    BodyTooLarge,
+    DecodingFailure,
+    DecompressionBomb,
+    FirstByteTimeout,
+    IdleTimeout,
+    ReadTimeout,
+    TransportFailure,
+    UnsupportedURL,
+)
 from humpyard.upstream.limits import Slots
 from humpyard.upstream.proxies import ProxyRules, ProxyURLError, choose
 from humpyard.upstream.tls import TLSOptions
@@ -56,17 +66,28 @@ class _Body(Protocol):
 
 
 class UpstreamResponse:
-    """An answered call whose body is still unread (and will be decoded)."""
+    """An answered call whose body is still unread (and will be decoded).
 
-    __slots__ = ("status", "headers", "_body")
+    ``address`` (host:port) names the upstream in a limit's failure."""
 
-    def __init__(self, status: int, headers: Mapping[str, str], body: _Body):
+    __slots__ = ("status", "headers", "_body", "address")
+
+    def __init__(self, status: int, headers: Mapping[str, str], body: _Body,
+                 address: str = ""):
         self.status = status
         self.headers = headers  # lower-case names, as the upstream sent them
         self._body = body
+        self.address = address
 
-    async def read(self, limit: int | None = None) -> bytes:
-        """The whole decoded body (or its first ``limit`` bytes)."""
+    async def read(self, limit: int | None = None, *, max_bytes: int | None = None) -> bytes:
+        """The whole decoded body (or its first ``limit`` bytes).
+
+        ``max_bytes``: a body longer than that (after decoding) is a ``BodyTooLarge``,
+        raised as soon as it is known (a ``Content-Length`` over it: before reading)."""
+        if max_bytes is not None and "content-encoding" not in self.headers:
+            declared = self.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > max_bytes:
+                raise self._too_large(max_bytes)
         chunks: list[bytes] = []
         n = 0
         async for chunk in self._body:
@@ -74,8 +95,15 @@ class UpstreamResponse:
             n += len(chunk)
             if limit is not None and n >= limit:
                 break
+            if max_bytes is not None and n > max_bytes:
+                chunks.clear()
+                raise self._too_large(max_bytes)
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         return data if limit is None else data[:limit]
+
+    def _too_large(self, max_bytes: int) -> BodyTooLarge:
+        return BodyTooLarge(f"the upstream's answer is over max_response_bytes={max_bytes} "
+                            f"{self.address}", self.address)
 
     def iter_raw(self) -> AsyncIterator[bytes]:
         """Decoded body chunks as they arrive; failures are ``TransportFailure``s."""
@@ -85,41 +113,67 @@ class UpstreamResponse:
         await self._body.aclose()
 
 
+RATIO_FLOOR = 1 << 18
+"""Decoded bytes before the ratio guard looks: a small body may inflate any amount."""
+
+
 class _Decoded:
-    """A body with its content coding undone, chunk by chunk."""
+    """A body with its content coding undone, a bounded step at a time.
 
-    __slots__ = ("_body", "_it", "_decoder", "_what", "_ended")
+    Nothing is inflated ahead of the reader (``upstream/encoding.py``); past
+    ``RATIO_FLOOR`` decoded bytes, a body that has inflated more than
+    ``max_ratio`` times the compressed bytes it took is a ``DecompressionBomb``.
+    A step decoded from input already in hand lets the event loop run first, so
+    a small body that inflates far is never one long stretch of the loop's time."""
 
-    def __init__(self, body: _Body, decoder: Decoder, what: str):
+    __slots__ = ("_body", "_it", "_decoder", "_what", "_ended", "_max_ratio", "_address",
+                 "_owed")
+
+    def __init__(self, body: _Body, decoder: Decoder, what: str, max_ratio: float,
+                 address: str):
         self._body, self._decoder, self._what = body, decoder, what
+        self._max_ratio, self._address = max_ratio, address
         self._it = body.__aiter__()
         self._ended = False
+        self._owed = False  # the last step came without waiting: yield before the next
 
     def __aiter__(self) -> _Decoded:
         return self
 
     async def __anext__(self) -> bytes:
-        while not self._ended:
+        d = self._decoder
+        if self._owed:
+            self._owed = False
+            await asyncio.sleep(0)
+        while True:
+            out = self._pull(d)
+            if out:
+                self._owed = len(out) == STEP  # more may be in hand: not all of it now
+                return out
+            if self._ended:
+                raise StopAsyncIteration
             try:
                 chunk = await self._it.__anext__()
             except StopAsyncIteration:
                 self._ended = True
-                tail = self._step(self._decoder.flush_all, b"")
-                if tail:
-                    return tail
-                break
-            out = self._step(self._decoder.decode, chunk)
-            if out:
-                return out
-        raise StopAsyncIteration
+                d.finish()
+                continue
+            d.push(chunk)
 
-    def _step(self, fn: Callable[[bytes], bytes], data: bytes) -> bytes:
+    def _pull(self, d: Decoder) -> bytes:
         try:
-            return fn(data)
+            out = d.pull()
         except zlib.error as e:
             self._ended = True
             raise DecodingFailure(f"the upstream's body does not decode ({self._what}): "
                                   f"{e}") from None
+        if d.produced > RATIO_FLOOR and d.produced > self._max_ratio * max(d.consumed, 1):
+            self._ended = True
+            raise DecompressionBomb(
+                f"the upstream's body inflates over max_decompression_ratio="
+                f"{self._max_ratio:g} ({self._what}: {d.consumed} bytes gave "
+                f"{d.produced})", self._address)
+        return out
 
     async def aclose(self) -> None:
         await self._body.aclose()
@@ -164,7 +218,23 @@ def ascii_host(hostname: str) -> str:
                              f"name: {e}") from None
 
 
-_Head = tuple[ProviderSpec, Origin, bytes, Timeouts]
+def call_timeouts(provider: ProviderSpec) -> tuple[Timeouts, Timeouts]:
+    """A provider's timeouts for a buffered call and for a streamed one.
+
+    A limit shorter than ``timeout_secs`` fails as its own class (``FirstByteTimeout``,
+    ``IdleTimeout``); otherwise the wait is ``timeout_secs``'s (``ReadTimeout``)."""
+    total, lim = provider.timeout_secs, provider.limits
+    idle, idle_failure = (lim.idle_timeout_secs, IdleTimeout) \
+        if lim.idle_timeout_secs < total else (total, ReadTimeout)
+    buffered = Timeouts(provider.connect_timeout_secs, total, total, idle, ReadTimeout,
+                        idle_failure)
+    if lim.first_byte_timeout_secs < total:
+        return buffered, buffered._replace(read=lim.first_byte_timeout_secs,
+                                           head_failure=FirstByteTimeout)
+    return buffered, buffered
+
+
+_Head = tuple[ProviderSpec, Origin, bytes, tuple[Timeouts, Timeouts]]
 
 
 class UpstreamClient:
@@ -258,9 +328,7 @@ class UpstreamClient:
                 headers["proxy-authorization"] = origin.proxy.authorization.decode("ascii")
         raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
         prefix = head_prefix("POST", target.encode("ascii"), hosthdr.encode("ascii"), raw)
-        timeouts = Timeouts(provider.connect_timeout_secs, provider.timeout_secs,
-                            provider.timeout_secs)
-        head = (provider, origin, prefix, timeouts)
+        head = (provider, origin, prefix, call_timeouts(provider))
         if len(self._heads) >= MAX_CACHED_HEADS:  # providers replaced by reloads
             self._heads.clear()
         self._heads[key] = head
@@ -268,8 +336,13 @@ class UpstreamClient:
 
     async def open(self, provider: ProviderSpec, path: str, body: bytes, *,
                    extra_headers: dict[str, str] | None = None,
-                   connect_timeout: float | None = None) -> UpstreamResponse:
+                   connect_timeout: float | None = None,
+                   stream: bool = False) -> UpstreamResponse:
         """POST ``body`` to ``provider.base_url + path``; the body is unread.
+
+        ``stream``: an event stream was asked for, so its head is awaited at most
+        ``first_byte_timeout_secs`` (a buffered answer's head comes with the whole
+        answer: only ``timeout_secs`` bounds it).
 
         Waits for a concurrency slot first (``SlotTimeout`` when none frees in time).
         ``connect_timeout`` (seconds) replaces the provider's ``connect_timeout_secs``
@@ -282,7 +355,8 @@ class UpstreamClient:
             if cut is not None:
                 provider = replace(provider, connect_timeout_secs=cut)
             return await self._open_via_httpx(provider, path, body, extra_headers)
-        _, origin, prefix, timeouts = self._head(provider, path, extra_headers)
+        _, origin, prefix, timings = self._head(provider, path, extra_headers)
+        timeouts = timings[stream]
         if cut is not None:
             timeouts = timeouts._replace(connect=cut)
         release = await self.slots.acquire(provider.name, provider.max_concurrent)
@@ -294,8 +368,9 @@ class UpstreamClient:
             decoder = decoder_for(coding)
             if decoder is not None:
                 return UpstreamResponse(ans.status, headers, _Decoded(
-                    ans.body, decoder, f"{coding} from {origin.address}"))
-        return UpstreamResponse(ans.status, headers, ans.body)
+                    ans.body, decoder, f"{coding} from {origin.address}",
+                    provider.limits.max_decompression_ratio, origin.address), origin.address)
+        return UpstreamResponse(ans.status, headers, ans.body, origin.address)
 
     async def _open_via_httpx(self, provider: ProviderSpec, path: str, body: bytes,
                               extra_headers: dict[str, str] | None) -> UpstreamResponse:

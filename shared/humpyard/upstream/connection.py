@@ -18,6 +18,7 @@ from typing import Any
 
 from humpyard.upstream.errors import (
     ConnectionLost,
+    FirstByteTimeout,
     ProtocolViolation,
     ReadTimeout,
     TransportFailure,
@@ -32,6 +33,16 @@ LOW_WATER = 1 << 16
 def _expire(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_exception(TimeoutError())
+
+
+def timed_out(failure: type[ReadTimeout], timeout: float | None, addr: str) -> ReadTimeout:
+    """The failure for a wait that ran out: ``read timeout host:port``, or the
+    limit's own class and name (``first byte timeout after 120s host:port``)."""
+    if failure is ReadTimeout:
+        return ReadTimeout(f"read timeout {addr}", addr)
+    name = "first byte" if issubclass(failure, FirstByteTimeout) else "idle"
+    return failure(f"{name} timeout: nothing from the upstream for {timeout or 0:g}s "
+                   f"{addr}", addr)
 
 
 def _wake(fut: asyncio.Future[None] | None) -> None:
@@ -176,7 +187,8 @@ class Conn(asyncio.Protocol):
                 if timer is not None:
                     timer.cancel()
 
-    async def read_head(self, timeout: float | None
+    async def read_head(self, timeout: float | None,
+                        failure: type[ReadTimeout] = ReadTimeout,
                         ) -> tuple[int, bytes, list[tuple[bytes, bytes]], bytes]:
         """The answer's head (informational answers skipped)."""
         p = self.parser
@@ -189,7 +201,7 @@ class Conn(asyncio.Protocol):
             try:
                 await self.wait(timeout)
             except TimeoutError:
-                raise ReadTimeout(f"read timeout {self.addr}", self.addr) from None
+                raise timed_out(failure, timeout, self.addr) from None
         return p.head
 
     def take(self, p: ResponseParser) -> bytes:
@@ -209,15 +221,18 @@ class Body:
     free a concurrency slot.
     """
 
-    __slots__ = ("_conn", "_parser", "_timeout", "_put", "_drop", "_on_end", "_released")
+    __slots__ = ("_conn", "_parser", "_timeout", "_put", "_drop", "_on_end", "_released",
+                 "_failure")
 
     def __init__(self, conn: Conn, timeout: float | None, put: Callable[[Conn], None],
-                 drop: Callable[[Conn], None], on_end: Callable[[], Any] | None = None):
+                 drop: Callable[[Conn], None], on_end: Callable[[], Any] | None = None,
+                 failure: type[ReadTimeout] = ReadTimeout):
         p = conn.parser
         assert p is not None
         self._conn, self._parser, self._timeout = conn, p, timeout
         self._put, self._drop, self._on_end = put, drop, on_end
         self._released = False
+        self._failure = failure  # what a wait past ``timeout`` raises
         if p.done:
             self._release()
 
@@ -269,7 +284,7 @@ class Body:
             except TimeoutError:
                 self._release()
                 self._finish()
-                raise ReadTimeout(f"read timeout {conn.addr}", conn.addr) from None
+                raise timed_out(self._failure, self._timeout, conn.addr) from None
             except BaseException:
                 self._release()
                 self._finish()

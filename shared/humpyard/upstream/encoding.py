@@ -1,72 +1,128 @@
-"""Content codings: gzip and deflate bodies decoded as they arrive.
+"""Content codings: gzip and deflate bodies decoded as they arrive, a bounded step at a time.
 
 ``decoder_for(header)`` returns None for an identity body (no work at all), or
-a ``Decoder`` whose ``decode(data)`` returns what ``data`` decodes to so far,
-and ``flush()`` the rest. Codings apply in the order listed, so they are undone
+a ``Decoder``. ``push(data)`` hands it compressed bytes; ``pull()`` returns at
+most ``STEP`` decoded bytes (b"" when it needs more input), keeping the input
+it has not inflated yet; ``finish()`` says the body has ended. Nothing is ever
+inflated ahead of the caller: a 1 MB body that inflates to 1 GiB costs what the
+caller reads of it, and a caller that stops (a size limit, an error read of 64
+KiB) stops the inflating. Codings apply in the order listed, so they are undone
 in reverse (``Content-Encoding: gzip, deflate``). Like httpx, a coding the
-gateway does not know (br, zstd) is left undone. A deflate body is
-taken as zlib-wrapped, or raw when it is not (servers send both). Output per
-call is bounded (``MAX_OUT``) so a small compressed body cannot blow up memory
-in one step; a body that does not decode raises ``zlib.error``.
+gateway does not know (br, zstd) is left undone. A deflate body is taken as
+zlib-wrapped, or raw when it is not (servers send both). A body that does not
+decode raises ``zlib.error``. ``consumed`` and ``produced`` count compressed
+bytes inflated and bytes out, for the ratio guard (``upstream/client.py``).
 """
 
 from __future__ import annotations
 
 import zlib
 
-MAX_OUT = 1 << 20  # bytes of output per ``decode`` step per coding
+STEP = 1 << 16
+"""The most one ``pull`` returns (and so the most inflated at once)."""
 
 
 class _Zlib:
-    __slots__ = ("_d", "_raw_fallback", "_seen")
+    __slots__ = ("_d", "_raw_fallback", "_seen", "_pending", "_first")
 
     def __init__(self, gzip: bool):
         self._d = zlib.decompressobj(16 + zlib.MAX_WBITS if gzip else zlib.MAX_WBITS)
         self._raw_fallback = not gzip
-        self._seen = False
+        self._seen = False  # output came (or input went in): no more falling back to raw
+        self._pending = b""  # input not inflated yet
+        self._first = b""  # a deflate body's first input, for the raw fallback
 
-    def decode(self, data: bytes) -> bytes:
+    def push(self, data: bytes) -> None:
+        if not data:
+            return
+        if self._raw_fallback and not self._seen:
+            if len(self._first) < STEP:
+                self._first += data
+            else:  # no output after 64 KiB: whatever this is, it is not raw deflate either
+                self._raw_fallback, self._first = False, b""
+        self._pending = self._pending + data if self._pending else data
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def pull(self, n: int) -> bytes:
+        """At most ``n`` bytes of output from the input pushed so far."""
+        if not self._pending:
+            return b""
         try:
-            out = self._step(data)
+            out = self._d.decompress(self._pending, n)
         except zlib.error:
             if not self._raw_fallback or self._seen:
                 raise
             self._raw_fallback = False  # deflate without the zlib wrapper
             self._d = zlib.decompressobj(-zlib.MAX_WBITS)
-            out = self._step(data)
-        self._seen = self._seen or bool(data)
+            self._pending, self._first = self._first, b""
+            out = self._d.decompress(self._pending, n)
+        self._pending = self._d.unconsumed_tail
+        if out and not self._seen:
+            self._seen = True
+            self._first = b""
         return out
 
-    def _step(self, data: bytes) -> bytes:
-        d = self._d
-        parts = [d.decompress(data, MAX_OUT)]
-        while d.unconsumed_tail:
-            parts.append(d.decompress(d.unconsumed_tail, MAX_OUT))
-        return parts[0] if len(parts) == 1 else b"".join(parts)
-
     def flush(self) -> bytes:
-        return self._d.flush()
+        """What is left once all input is in and inflated (the tail of a block)."""
+        return self._d.flush() if not self._pending else b""
 
 
 class Decoder:
-    """Undo a chain of content codings, incrementally."""
+    """Undo a chain of content codings, incrementally and in bounded steps."""
 
-    __slots__ = ("_steps",)
+    __slots__ = ("_steps", "consumed", "produced", "_pushed", "_ended")
 
     def __init__(self, steps: list[_Zlib]):
         self._steps = steps
+        self._pushed = 0
+        self.consumed = 0  # compressed bytes inflated so far
+        self.produced = 0  # decoded bytes returned so far
+        self._ended = False
+
+    def push(self, data: bytes) -> None:
+        self._pushed += len(data)
+        self._steps[0].push(data)
+
+    def finish(self) -> None:
+        """The body has ended: ``pull`` may now return what flushing gives."""
+        self._ended = True
+
+    def pull(self, n: int = STEP) -> bytes:
+        """At most ``n`` decoded bytes; b"" when every pushed byte is decoded."""
+        out = self._pull(len(self._steps) - 1, n)
+        self.consumed = self._pushed - self._steps[0].pending
+        self.produced += len(out)
+        return out
+
+    def _pull(self, i: int, n: int) -> bytes:
+        step = self._steps[i]
+        while True:
+            out = step.pull(n)
+            if out:
+                return out
+            if i > 0:
+                more = self._pull(i - 1, STEP)
+                if more:
+                    step.push(more)
+                    continue
+            # At the end, what inflating cannot give before it (a few bytes, once).
+            return step.flush() if self._ended else b""
 
     def decode(self, data: bytes) -> bytes:
-        for step in self._steps:
-            data = step.decode(data)
-        return data
+        """All of ``data`` decoded at once (tests and small bodies only: unbounded)."""
+        self.push(data)
+        parts = []
+        while out := self.pull():
+            parts.append(out)
+        return b"".join(parts)
 
     def flush_all(self, _: bytes = b"") -> bytes:
-        """What is left once the body has ended."""
-        data = b""
-        for step in self._steps:
-            data = step.decode(data) + step.flush() if data else step.flush()
-        return data
+        """What is left once the body has ended (unbounded: see ``decode``)."""
+        self.finish()
+        return self.decode(b"")
 
 
 def decoder_for(content_encoding: str | None) -> Decoder | None:

@@ -18,9 +18,15 @@ means is carried by its class, never by its message::
     └── ExchangeFailure                   the request may have reached the upstream
         ├── WriteTimeout
         ├── ReadTimeout
+        │   ├── FirstByteTimeout          no answer head within first_byte_timeout_secs
+        │   └── IdleTimeout               no body byte within idle_timeout_secs
         ├── ConnectionLost                reset, or closed before the answer ended
         ├── ProtocolViolation             an answer HTTP/1.1 does not allow
-        └── DecodingFailure               a gzip/deflate body that does not decode
+        ├── DecodingFailure               a gzip/deflate body that does not decode
+        └── AnswerTooLarge                an answer past one of the gateway's limits
+            ├── BodyTooLarge              a buffered body over max_response_bytes
+            ├── DecompressionBomb         inflated/compressed over max_decompression_ratio
+            └── EventTooLarge             one event-stream event over max_sse_event_bytes
 
 Each class states, as class attributes, its ``failure_class`` (a name a route's
 ``fallback_on`` may list), whether it ``counts_for_health``, whether the request
@@ -135,6 +141,34 @@ class ProtocolViolation(ExchangeFailure):
 
 class DecodingFailure(ExchangeFailure):
     """A body declared as gzip or deflate did not decode."""
+
+
+class FirstByteTimeout(ReadTimeout):
+    """A streamed call's answer head did not come within ``first_byte_timeout_secs``."""
+
+
+class IdleTimeout(ReadTimeout):
+    """No byte of an answer's body within ``idle_timeout_secs`` of the previous one."""
+
+
+class AnswerTooLarge(ExchangeFailure):
+    """An answer went past one of the gateway's own limits on what it holds
+    (docs/upstream.md, "Limits on answers"); reading stopped there. Counted
+    against the endpoint like any answer that cannot be used."""
+
+
+class BodyTooLarge(AnswerTooLarge):
+    """A buffered body (after decoding), or a stream's held-back start, over
+    ``max_response_bytes``."""
+
+
+class DecompressionBomb(AnswerTooLarge):
+    """A gzip/deflate body that inflates more than ``max_decompression_ratio``
+    times its compressed size (checked once 256 KiB have come out)."""
+
+
+class EventTooLarge(AnswerTooLarge):
+    """One event of an event stream (or one line of it) over ``max_sse_event_bytes``."""
 
 
 def failure_classes() -> list[type[TransportFailure]]:

@@ -29,7 +29,12 @@ from typing import Any, NamedTuple
 
 from humpyard.upstream.connection import Body, Conn
 from humpyard.upstream.dial import Origin, dial
-from humpyard.upstream.errors import ConnectionLost, TransportClosed, TransportFailure
+from humpyard.upstream.errors import (
+    ConnectionLost,
+    ReadTimeout,
+    TransportClosed,
+    TransportFailure,
+)
 from humpyard.upstream.framing import ResponseParser
 from humpyard.upstream.tls import DEFAULT_TLS, TLSOptions, build_context
 
@@ -37,11 +42,17 @@ __all__ = ["Answer", "FastTransport", "Origin", "Timeouts"]
 
 
 class Timeouts(NamedTuple):
-    """Seconds (None: no limit) for connecting, each read, and each write."""
+    """Seconds (None: no limit) for connecting, the answer's head, and each write;
+    ``idle`` bounds each wait inside the body (None: ``read``'s). A wait that runs
+    out raises ``head_failure`` or ``body_failure`` (``ReadTimeout`` or a subclass
+    naming the limit: ``FirstByteTimeout``, ``IdleTimeout``)."""
 
     connect: float | None
     read: float | None
     write: float | None
+    idle: float | None = None
+    head_failure: type[ReadTimeout] = ReadTimeout
+    body_failure: type[ReadTimeout] = ReadTimeout
 
 
 class Answer(NamedTuple):
@@ -174,7 +185,8 @@ class FastTransport:
             await conn.send(head + body if len(body) <= 65536 else head, timeouts.write)
             if len(body) > 65536:
                 await conn.send(body, timeouts.write)
-            status, reason, headers, _ = await conn.read_head(timeouts.read)
+            status, reason, headers, _ = await conn.read_head(timeouts.read,
+                                                              timeouts.head_failure)
         except TransportFailure:
             self._drop(conn)
             raise
@@ -187,7 +199,8 @@ class FastTransport:
         if close:
             parser.reusable = False
         return Answer(status, reason, headers,
-                      Body(conn, timeouts.read, self._putter(origin), self._drop, on_end))
+                      Body(conn, timeouts.read if timeouts.idle is None else timeouts.idle,
+                           self._putter(origin), self._drop, on_end, timeouts.body_failure))
 
     async def aclose(self) -> None:
         """Close every connection, idle or in use; later requests fail."""
