@@ -13,7 +13,7 @@ import ipaddress
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
-from humpyard.config.models import RawConfig, Route, SelectRule
+from humpyard.config.models import Pool, RawConfig, Route, SelectRule
 from humpyard.config.names import FAILURE_CLASSES
 from humpyard.config.problems import Salvage, did_you_mean, path
 from humpyard.config.spec import (
@@ -227,12 +227,12 @@ def _pool_members(name: str, r: Route, targets: Mapping[str, TargetSpec], errors
     assert r.pool is not None
     pool = r.pool
     having = [t for t in sorted(targets) if pool.strength in targets[t].strengths]
+    existing = sorted({s for t in targets.values() for s in t.strengths})
     if not having:
-        existing = sorted({s for t in targets.values() for s in t.strengths})
         if not known.any_broken("targets"):  # a broken target may have had the strength
             errors.append(f"{path('routes', name, 'pool', 'strength')}: no target has "
-                          f"strength {pool.strength!r}"
-                          + did_you_mean(pool.strength, existing, "strength"))
+                          f"strength {pool.strength!r}; {_strengths_that_exist(existing)}"
+                          + _suggestion(pool.strength, existing))
         return (), ()
     members: list[str] = []
     left_out: list[tuple[str, str]] = []
@@ -255,9 +255,35 @@ def _pool_members(name: str, r: Route, targets: Mapping[str, TargetSpec], errors
                 continue
         members.append(t)
     if not members:
+        why = "; ".join(f"{t!r} {_left_out_why(targets[t], r, pool)}" for t, r in left_out)
         errors.append(f"{path('routes', name, 'pool')}: no target with strength "
-                      f"{pool.strength!r} qualifies (left out: {dict(left_out)})")
+                      f"{pool.strength!r} qualifies: {why}; {_strengths_that_exist(existing)}")
     return tuple(members), tuple(left_out)
+
+
+def _strengths_that_exist(existing: Sequence[str]) -> str:
+    if not existing:
+        return "no target declares a strength"
+    return "strengths that exist: " + ", ".join(repr(s) for s in existing)
+
+
+def _suggestion(word: str, existing: Sequence[str]) -> str:
+    """``; did you mean 'x'?`` when one strength is close (the list is given anyway)."""
+    hint = did_you_mean(word, existing, "strength")
+    return hint if hint.startswith(";") else ""
+
+
+def _left_out_why(t: TargetSpec, reason: str, pool: Pool) -> str:
+    """Why target ``t`` with the pool's strength left it, for the error that lists them."""
+    if reason == "context_window_undeclared":
+        return (f"declares no context_window on any endpoint (min_context_window "
+                f"{pool.min_context_window})")
+    if reason == "context_window_below":
+        best = max((e.context_window or 0 for e in t.endpoints), default=0)
+        return f"has context_window {best} < min_context_window {pool.min_context_window}"
+    if reason == "quality_undeclared":
+        return f"declares no quality (min_quality {pool.min_quality})"
+    return f"has quality {t.quality} < min_quality {pool.min_quality}"
 
 
 def _routes(raw: RawConfig, targets: dict[str, TargetSpec], errors: list[str],
