@@ -81,7 +81,7 @@ async def flush_periodically(handler: BufferedStderr) -> None:
 
 
 _RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
-    "message", "asctime", "taskName"}
+    "message", "asctime", "taskName", "color_message"}  # the last: uvicorn's ANSI copy
 
 
 class JsonLineFormatter(logging.Formatter):
