@@ -178,3 +178,14 @@ def test_serve_still_refuses_an_unset_client_key_variable():
     r = humpyard("serve", "--config", "examples/auto-routing.toml", "--port", "1")
     assert r.returncode == 1
     assert "HARNESS_KEY" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_readme_starts_with_make_run_and_make_test_and_names_the_venv_command():
+    text = (ROOT / "README.md").read_text()
+    first = re.search(r"```sh\n(.*?)```", text, re.S)
+    assert first is not None
+    commands = [ln.split("#")[0].strip() for ln in first.group(1).splitlines()]
+    assert commands[:2] == ["make run", "make test"]
+    assert ".venv/bin/humpyard" in text
+    makefile = (ROOT / "Makefile").read_text()
+    assert "$(VENV)/bin/humpyard demo" in makefile  # what make run starts, from .venv
