@@ -69,7 +69,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(e, file=sys.stderr)
         return 1
-    headers = dict(h.split("=", 1) for h in args.header or [])
+    headers = dict(args.header or [])
     facts = RequestFacts(model=args.model, key_id=args.key, headers=headers,
                          stream=args.stream, tools=args.tools, images=args.images,
                          subagent=args.subagent, prompt_tokens=args.prompt_tokens,
@@ -166,6 +166,13 @@ def _level(value: str) -> str:
     return value.upper()
 
 
+def _header(value: str) -> tuple[str, str]:
+    name, sep, rest = value.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"want NAME=VALUE, got {value!r}")
+    return name.strip(), rest
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="humpyard", description=DESCRIPTION)
     p.add_argument("--version", action=_VersionAction, help="print the version and exit")
@@ -202,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the configuration file (TOML)")
     e.add_argument("--model", required=True, help="the model the client asks for")
     e.add_argument("--key", default=None, help="the key id to explain for (none: no key)")
-    e.add_argument("--header", action="append", metavar="NAME=VALUE",
+    e.add_argument("--header", action="append", metavar="NAME=VALUE", type=_header,
                    help="a request header; repeat for more")
     e.add_argument("--prompt-tokens", type=int, default=None, metavar="N",
                    help="the prompt's size in tokens (none: unknown)")

@@ -86,7 +86,10 @@ def test_log_level_takes_any_case():
     assert r.returncode == 0, r.stderr
 
 
-@pytest.mark.parametrize("args", [("serve", "--port", "eighty"), ("--no-such-flag",), ()])
+@pytest.mark.parametrize("args", [
+    ("serve", "--port", "eighty"), ("--no-such-flag",), (),
+    ("explain", "--config", "examples/demo.toml", "--model", "auto", "--header", "no-equals"),
+])
 def test_a_bad_flag_is_one_line_without_a_traceback(args):
     r = humpyard(*args)
     assert r.returncode == 2
