@@ -48,6 +48,17 @@ path = "{ledger_dir / 'humpyard.db'}"
     return path
 
 
+def ready_until(gw: ServeProcess, code: int, timeout: float = 10.0) -> httpx.Response:
+    """GET /readyz until it answers ``code`` (the store's answer is reused for a
+    second, http/probes.py) or the deadline passes; the last answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = httpx.get(gw.url + "/readyz", timeout=5)
+        if r.status_code == code or time.monotonic() > deadline:
+            return r
+        time.sleep(0.05)
+
+
 def serve(tmp_path: Path, cfg: Path, *args: str) -> ServeProcess:
     return ServeProcess(cfg, tmp_path / "serve.log", env={"PROBE_TEST_KEY": KEY},
                         args=args)
@@ -78,7 +89,7 @@ def test_readyz_is_503_once_the_ledger_directory_is_gone(tmp_path):
     with serve(tmp_path, cfg) as gw:
         assert httpx.get(gw.url + "/readyz", timeout=5).status_code == 200
         shutil.rmtree(tmp_path / "ledger")
-        ready = httpx.get(gw.url + "/readyz", timeout=5)
+        ready = ready_until(gw, 503)
         assert ready.status_code == 503, ready.text
         assert ready.json()["status"] == "not ready"
         assert ready.json()["checks"]["store"] == "unreachable"
@@ -99,7 +110,7 @@ def test_readyz_is_503_when_the_ledger_file_is_replaced(tmp_path):
         moved = tmp_path / "ledger" / "old.db"
         db.rename(moved)
         db.write_bytes(b"")
-        ready = httpx.get(gw.url + "/readyz", timeout=5)
+        ready = ready_until(gw, 503)
         assert ready.status_code == 503, ready.text
         assert ready.json()["checks"]["store"] == "unreachable"
 
@@ -150,3 +161,4 @@ def test_text_logs_stay_the_default(tmp_path):
         lines = wait_for_lines(gw, "humpyard serving on")
     line = next(ln for ln in lines if "humpyard serving on" in ln)
     assert not line.startswith("{") and " INFO humpyard " in line
+
