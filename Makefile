@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-dev
 INFRA_VENV  := .venv-infra
 INFRA_STAMP := $(INFRA_VENV)/.installed-infra
 
-.PHONY: run test lint bench soak package clean infra-venv
+.PHONY: run test lint bench soak package lock clean infra-venv
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -58,9 +58,13 @@ soak: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/run.py
 
-## package: build/ for `sam deploy` (humpyard + deps for python3.12/arm64, unchecked-hash .pyc)
+## package: build/ for `sam deploy` (humpyard + the locked deps for python3.12/arm64, unchecked-hash .pyc)
 package:
 	bash infra/package.sh
+
+## lock: re-resolve the Lambda layer's dependencies into infra/layer-requirements.lock (pinned, hashed)
+lock: $(STAMP)
+	PYTHON=$(PY) bash infra/lock-layer.sh
 
 clean:
 	rm -rf $(VENV) $(INFRA_VENV) .aws-sam .pytest_cache build *.egg-info shared/*.egg-info

@@ -22,7 +22,12 @@
 #   PLATFORM   wheel platform (default manylinux2014_aarch64; manylinux2014_x86_64 for an
 #              x86 stack or a local smoke test)
 #   BUILD_DIR  where to build (default build)
-#   EXTRAS     humpyard extras to include, e.g. switchyard (default none)
+#   EXTRAS     more humpyard extras, e.g. switchyard (default none): the lock does not
+#              cover them, so with EXTRAS the layer is resolved from pyproject.toml's
+#              version ranges instead (a warning says so)
+#   LOCK       the layer's pinned, hashed dependencies (default infra/layer-requirements.lock,
+#              written by infra/lock-layer.sh): humpyard's base and [aws] dependencies
+#              are installed from it with --require-hashes, humpyard itself with --no-deps
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -31,6 +36,7 @@ PYTHON312=${PYTHON312:-}
 PLATFORM=${PLATFORM:-manylinux2014_aarch64}
 BUILD_DIR=${BUILD_DIR:-build}
 EXTRAS=${EXTRAS:-}
+LOCK=${LOCK:-infra/layer-requirements.lock}
 LAYER="$BUILD_DIR/layer/python"
 
 is_312() { "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; }
@@ -52,11 +58,23 @@ mkdir -p "$LAYER" "$BUILD_DIR/wheels"
 echo "package: building the humpyard wheel"
 "$PYTHON" -m pip wheel --quiet --no-deps --wheel-dir "$BUILD_DIR/wheels" .
 
-echo "package: installing humpyard and its dependencies for cp312 $PLATFORM into $LAYER"
-"$PYTHON" -m pip install --quiet --no-compile --disable-pip-version-check \
-  --no-warn-conflicts --root-user-action=ignore \
-  --target "$LAYER" --platform "$PLATFORM" --implementation cp --python-version 3.12 \
-  --only-binary=:all: "$(ls "$BUILD_DIR"/wheels/humpyard-*.whl)${EXTRAS:+[$EXTRAS]}"
+WHEEL=$(ls "$BUILD_DIR"/wheels/humpyard-*.whl)
+pip_target() {
+  "$PYTHON" -m pip install --quiet --no-compile --disable-pip-version-check \
+    --no-warn-conflicts --root-user-action=ignore \
+    --target "$LAYER" --platform "$PLATFORM" --implementation cp --python-version 3.12 \
+    --only-binary=:all: "$@"
+}
+if [ -z "$EXTRAS" ]; then
+  echo "package: installing the locked dependencies ($LOCK) for cp312 $PLATFORM into $LAYER"
+  pip_target --no-deps --require-hashes -r "$LOCK"
+  echo "package: installing humpyard (no dependencies: the lock has them)"
+  pip_target --no-deps --upgrade "$WHEEL"
+else
+  echo "package: WARNING: EXTRAS=$EXTRAS is not covered by $LOCK; resolving the layer" >&2
+  echo "package: from pyproject.toml's version ranges instead" >&2
+  pip_target "$WHEEL[aws,$EXTRAS]"
+fi
 
 # Nothing in the layer is run as a script, and pip's console scripts name this machine's
 # interpreter.

@@ -1,29 +1,38 @@
-"""``humpyard``: serve, check, explain, simulate, demo, prices."""
+"""The ``humpyard`` command: serve, check, explain, simulate, demo, prices."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from humpyard.errors import ConfigError
 
 log = logging.getLogger("humpyard")
 
 
-def _setup_logging(level: str = "INFO", *, buffered: bool = False) -> None:
+def _setup_logging(level: str = "INFO", *, buffered: bool = False,
+                   json_lines: bool = False) -> None:
     """Log to stderr; ``buffered`` (the long-running commands) writes through a
-    buffer drained a few times a second (``logsink.py``)."""
+    buffer drained a few times a second (``logsink.py``), one JSON object per
+    line with ``json_lines`` (``serve --log-format json``)."""
     if buffered:
-        from humpyard.logsink import BufferedStderr
+        from humpyard.logsink import BufferedStderr, JsonLineFormatter
         # The line format uses no thread or process name and no source file or
         # line: not collecting them (the logging HOWTO's "Optimization") makes each
-        # record cheaper (docs/decisions/0003-performance.md).
+        # record cheaper (docs/decisions/0003-performance.md). The JSON lines carry
+        # the source location, as the Lambda lines do, so they keep collecting it.
         logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
-        logging._srcfile = None  # type: ignore[attr-defined]
-        logging.basicConfig(level=level, handlers=[BufferedStderr()])
+        if not json_lines:
+            logging._srcfile = None  # type: ignore[attr-defined]
+        handler = BufferedStderr()
+        if json_lines:
+            handler.setFormatter(JsonLineFormatter())
+        logging.basicConfig(level=level, handlers=[handler])
     else:
         logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     # httpx logs every upstream call at INFO; the gateway logs its own line per request.
@@ -34,9 +43,11 @@ def _setup_logging(level: str = "INFO", *, buffered: bool = False) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    """Exit 1 on any problem; an unset key variable is only a warning without ``--strict``
+    (``serve`` still refuses an unset client key variable: docs/configuration.md)."""
     from humpyard.config import load_config
     try:
-        cfg = load_config(args.config)
+        cfg = load_config(args.config, unset_env="strict" if args.strict else "check")
     except ConfigError as e:
         print(e, file=sys.stderr)
         return 1
@@ -53,12 +64,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from humpyard.config import load_config
     from humpyard.planning.explain import explain
     from humpyard.planning.types import RequestFacts, StateSnapshot
-    try:
-        cfg = load_config(args.config)
+    try:  # offline: no key value is needed to explain a plan
+        cfg = load_config(args.config, unset_env="check")
     except ConfigError as e:
         print(e, file=sys.stderr)
         return 1
-    headers = dict(h.split("=", 1) for h in args.header or [])
+    headers = dict(args.header or [])
     facts = RequestFacts(model=args.model, key_id=args.key, headers=headers,
                          stream=args.stream, tools=args.tools, images=args.images,
                          subagent=args.subagent, prompt_tokens=args.prompt_tokens,
@@ -98,67 +109,179 @@ def cmd_prices(args: argparse.Namespace) -> int:
     return run_check(args.config, args.source, sys.stdout, sys.stderr)
 
 
+DESCRIPTION = """humpyard, an LLM gateway: serve, check, explain, simulate, demo, prices.
+
+Run "humpyard COMMAND --help" for a command's flags."""
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_FORMATS = ("text", "json")
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter,
+                    argparse.RawDescriptionHelpFormatter):
+    """Every flag's default after its help, except a default of none or off (the help
+    says what none means); descriptions keep their line breaks."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with every default shown in the help and a one-line error (exit 2)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _version() -> str:
+    """The installed distribution's version, else the source tree's."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("humpyard")
+    except PackageNotFoundError:
+        from humpyard import __version__
+        return __version__
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: looks the version up only when asked (no import cost otherwise)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: Any = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        print(f"humpyard {_version()}")
+        parser.exit()
+
+
+def _level(value: str) -> str:
+    return value.upper()
+
+
+def _header(value: str) -> tuple[str, str]:
+    name, sep, rest = value.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"want NAME=VALUE, got {value!r}")
+    return name.strip(), rest
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="humpyard", description=__doc__)
-    p.add_argument("--log-level", default="INFO")
-    sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("serve", help="serve the gateway")
-    s.add_argument("--config", required=True)
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8080)
+    p = Parser(prog="humpyard", description=DESCRIPTION)
+    p.add_argument("--version", action=_VersionAction, help="print the version and exit")
+    p.add_argument("--log-level", default="INFO", type=_level, choices=LOG_LEVELS,
+                   metavar="LEVEL",
+                   help=f"log threshold, one of {', '.join(LOG_LEVELS)} (any case)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                           parser_class=Parser)
+    s = sub.add_parser("serve", help="serve the gateway",
+                       description="Serve the gateway on a configuration file. SIGHUP "
+                                   "reloads the file; SIGINT or SIGTERM stops.")
+    s.add_argument("--config", required=True, metavar="FILE",
+                   help="the configuration file (TOML)")
+    s.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    s.add_argument("--port", type=int, default=8080, help="the port to listen on")
+    s.add_argument("--log-format", default="text", choices=LOG_FORMATS,
+                   help="text: one human-readable line per record; json: one JSON object "
+                        "per line, the fields of the Lambda log lines (docs/operations.md)")
     s.set_defaults(fn=cmd_serve)
-    c = sub.add_parser("check", help="validate a configuration file")
-    c.add_argument("--config", required=True)
+    c = sub.add_parser("check", help="validate a configuration file",
+                       description="Validate a configuration file and print every problem. "
+                                   "An unset key variable is a warning (exit 0) unless "
+                                   "--strict.")
+    c.add_argument("--config", required=True, metavar="FILE",
+                   help="the configuration file (TOML)")
+    c.add_argument("--strict", action="store_true",
+                   help="treat an unset environment variable named by api_key_env or "
+                        "key_env as an error (exit 1), as on the machine that serves")
     c.set_defaults(fn=cmd_check)
-    e = sub.add_parser("explain", help="explain a request offline (no live state)")
-    e.add_argument("--config", required=True)
-    e.add_argument("--model", required=True)
-    e.add_argument("--key", default=None, help="key id to explain for")
-    e.add_argument("--header", action="append", help="name=value")
-    e.add_argument("--prompt-tokens", type=int, default=None)
-    for flag in ("stream", "tools", "images", "subagent"):
-        e.add_argument(f"--{flag}", action="store_true")
+    e = sub.add_parser("explain", help="explain a request offline (no live state)",
+                       description="Print, as JSON, the plan the gateway would make for a "
+                                   "request, without live health or latency.")
+    e.add_argument("--config", required=True, metavar="FILE",
+                   help="the configuration file (TOML)")
+    e.add_argument("--model", required=True, help="the model the client asks for")
+    e.add_argument("--key", default=None, help="the key id to explain for (none: no key)")
+    e.add_argument("--header", action="append", metavar="NAME=VALUE", type=_header,
+                   help="a request header; repeat for more")
+    e.add_argument("--prompt-tokens", type=int, default=None, metavar="N",
+                   help="the prompt's size in tokens (none: unknown)")
+    for flag, what in (("stream", "the request streams"), ("tools", "the request has tools"),
+                       ("images", "the request has images"),
+                       ("subagent", "the request comes from a subagent")):
+        e.add_argument(f"--{flag}", action="store_true", help=what)
     e.set_defaults(fn=cmd_explain)
     m = sub.add_parser("simulate", help="run a simulated OpenAI-compatible provider")
-    m.add_argument("--host", default="127.0.0.1")
-    m.add_argument("--port", type=int, default=9001)
-    m.add_argument("--profile", default="ok", choices=["ok", "slow", "flaky", "down", "zero"])
-    m.add_argument("--delay-ms", type=float, default=0)
-    m.add_argument("--seed", type=int, default=None)
+    m.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    m.add_argument("--port", type=int, default=9001, help="the port to listen on")
+    m.add_argument("--profile", default="ok", choices=["ok", "slow", "flaky", "down", "zero"],
+                   help="how the provider behaves")
+    m.add_argument("--delay-ms", type=float, default=0, metavar="MS",
+                   help="added to every answer")
+    m.add_argument("--seed", type=int, default=None,
+                   help="the random seed (none: a fresh one)")
     m.set_defaults(fn=cmd_simulate)
     d = sub.add_parser("demo", help="simulated providers + the gateway on examples/demo.toml")
-    d.add_argument("--config", default=None)
-    d.add_argument("--host", default="127.0.0.1")
-    d.add_argument("--port", type=int, default=8080, help="the gateway's port (default 8080)")
+    d.add_argument("--config", default=None, metavar="FILE",
+                   help="the configuration (none: examples/demo.toml)")
+    d.add_argument("--host", default="127.0.0.1", help="the gateway's address")
+    d.add_argument("--port", type=int, default=8080, help="the gateway's port")
     d.add_argument("--sim-ports", default="0,0,0", metavar="STEADY,FLAKY,SLOW",
                    help="the simulated providers' ports on 127.0.0.1; 0 picks a free one "
-                        "(default 0,0,0; the banner prints them)")
+                        "(the banner prints them)")
     d.add_argument("--state-dir", default=None, metavar="DIR",
                    help="where the demo writes its files (the configuration as served, the "
-                        "SQLite ledger); default $XDG_STATE_HOME/humpyard/demo, else "
+                        "SQLite ledger); none: $XDG_STATE_HOME/humpyard/demo, else "
                         "~/.local/state/humpyard/demo")
     d.set_defaults(fn=cmd_demo)
     pr = sub.add_parser("prices", help="prices, context windows and capabilities from a "
                                        "models.dev catalogue")
-    prs = pr.add_subparsers(dest="prices_command", required=True)
+    prs = pr.add_subparsers(dest="prices_command", required=True, metavar="COMMAND",
+                            parser_class=Parser)
     from humpyard.prices import MODELS_DEV_URL
     pi = prs.add_parser("import", help="write the catalogue's facts for the configured "
                                        "endpoints to a file the configuration can include")
     pc = prs.add_parser("check", help="list where the configuration and the catalogue "
                                       "disagree (exit 1 if they do)")
     for sp in (pi, pc):
-        sp.add_argument("--config", required=True)
+        sp.add_argument("--config", required=True, metavar="FILE",
+                        help="the configuration file (TOML)")
         sp.add_argument("--from", dest="source", default=MODELS_DEV_URL, metavar="FILE|URL",
-                        help=f"a models.dev-format catalogue (default {MODELS_DEV_URL})")
+                        help="a models.dev-format catalogue")
         sp.set_defaults(fn=cmd_prices)
-    pi.add_argument("--out", default=None,
-                    help="the file to write (default prices.toml beside the configuration)")
+    pi.add_argument("--out", default=None, metavar="FILE",
+                    help="the file to write (none: prices.toml beside the configuration)")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. Output cut short by a closed pipe (``humpyard … | head``)
+    ends quietly with exit 1, the way the Python documentation's note on SIGPIPE
+    says, instead of a ``BrokenPipeError`` traceback."""
+    try:
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout.flush()  # inside the try: a closed pipe is noticed here
+    except BrokenPipeError:
+        # Point stdout at /dev/null so the interpreter's own flush at exit
+        # does not raise (and print) the same error again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    _setup_logging(args.log_level, buffered=args.command in ("serve", "demo"))
+    _setup_logging(args.log_level, buffered=args.command in ("serve", "demo"),
+                   json_lines=getattr(args, "log_format", "text") == "json")
     return int(args.fn(args) or 0)
 
 

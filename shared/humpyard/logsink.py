@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import logging
 import time
 
@@ -77,3 +78,49 @@ async def flush_periodically(handler: BufferedStderr) -> None:
             handler.drain()
     finally:
         handler.drain()
+
+
+_RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
+    "message", "asctime", "taskName", "color_message"}  # the last: uvicorn's ANSI copy
+
+
+class JsonLineFormatter(logging.Formatter):
+    """One JSON object per record, with the fields of the Lambda log lines
+    (Powertools' ``Logger``, ``aws/log.py``): ``level``, ``location``
+    (``function:line``), ``message``, ``timestamp`` (UTC, ``2026-12-02
+    01:02:03,456+0000``), ``service``, every ``extra=`` field, and for an
+    exception ``exception`` (the traceback) and ``exception_name``; plus
+    ``logger``, the logger's name. ``json.dumps`` escapes control characters, so a
+    line is always one line (``humpyard serve --log-format json``)."""
+
+    def __init__(self, service: str = "humpyard") -> None:
+        super().__init__()
+        self.service = service
+        self._second = -1
+        self._stamp = ""
+
+    def _timestamp(self, record: logging.LogRecord) -> str:
+        second = int(record.created)
+        if second != self._second:
+            self._second = second
+            self._stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(record.created))
+        return f"{self._stamp},{int(record.msecs):03d}+0000"
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, object] = {
+            "level": record.levelname,
+            "location": f"{record.funcName}:{record.lineno}",
+            "message": record.getMessage(),
+            "timestamp": self._timestamp(record),
+            "service": self.service,
+            "logger": record.name,
+        }
+        for name, value in vars(record).items():
+            if name not in _RECORD_FIELDS and name not in out:
+                out[name] = value
+        if record.exc_info and record.exc_info[0] is not None:
+            out["exception"] = self.formatException(record.exc_info)
+            out["exception_name"] = record.exc_info[0].__name__
+        elif record.exc_text:
+            out["exception"] = record.exc_text
+        return json.dumps(out, default=str, separators=(",", ":"))

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -71,7 +71,9 @@ class ServeProcess:
     """One ``humpyard serve`` child process on a free loopback port."""
 
     def __init__(self, config_path: Path, log_path: Path, *,
-                 env: Mapping[str, str] | None = None, log_level: str = "INFO"):
+                 env: Mapping[str, str] | None = None, log_level: str = "INFO",
+                 args: Sequence[str] = ()):
+        self.args = tuple(args)  # more ``serve`` flags (``--log-format json``)
         self.config_path = config_path
         self.log_path = log_path
         self.env = dict(env or {})
@@ -102,7 +104,7 @@ class ServeProcess:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "humpyard.cli", "--log-level", self.log_level, "serve",
-                 "--config", str(self.config_path), "--port", str(self.port)],
+                 "--config", str(self.config_path), "--port", str(self.port), *self.args],
                 cwd=str(ROOT), env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

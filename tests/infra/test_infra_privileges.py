@@ -170,6 +170,8 @@ def _client(instance: Instance, clock: FakeClock, primary: FakeUpstream,
                                                                  "content": "hi"}]}),
            answers, "count_tokens")
     _serve(instance, _event("chat_post", path="/v1/nothing-here", method="GET"), answers, "404")
+    for probe_path in ("/healthz", "/readyz"):  # readyz reads the state table (Store.ping)
+        _serve(instance, _event("chat_post", path=probe_path, method="GET"), answers, probe_path)
 
 
 def _admin(instance: Instance, clock: FakeClock, answers: dict[str, int]) -> str:

@@ -249,3 +249,33 @@ def test_models_event_lists_the_routes(stack: Stack) -> None:
     resp = stack.invoke(gateway, event("chat_post", path="/v1/models", method="GET"))
     assert resp["statusCode"] == 200
     assert "auto" in {m["id"] for m in json.loads(resp["body"])["data"]}
+
+
+def _keyless(path: str) -> dict[str, Any]:
+    ev = event("chat_post", path=path, method="GET")
+    for headers in (ev["headers"], ev["multiValueHeaders"]):
+        for name in [n for n in headers if n.lower() in ("authorization", "x-api-key")]:
+            del headers[name]
+    ev["body"] = None
+    return ev
+
+
+def test_probes_answer_without_a_key_and_readyz_follows_the_state_table(stack: Stack) -> None:
+    """``/healthz`` and ``/readyz`` reach the gateway function through the API's
+    catch-all route; readiness reads the state table (http/probes.py)."""
+    gateway = stack.function("gateway")
+    health = stack.invoke(gateway, _keyless("/healthz"))
+    assert health["statusCode"] == 200, health
+    ready = stack.invoke(gateway, _keyless("/readyz"))
+    assert ready["statusCode"] == 200, ready
+    assert json.loads(ready["body"])["checks"]["store"] == "ok"
+    stack.dynamodb.delete_table(TableName=STATE)
+    deadline = time.monotonic() + 10  # the store's answer is reused for a second
+    while True:
+        gone = stack.invoke(gateway, _keyless("/readyz"))
+        if gone["statusCode"] == 503 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert gone["statusCode"] == 503, gone
+    assert json.loads(gone["body"])["checks"]["store"] == "unreachable"
+    assert stack.invoke(gateway, _keyless("/healthz"))["statusCode"] == 200

@@ -27,16 +27,21 @@ from humpyard.config.spec import Config
 from humpyard.errors import ConfigError
 
 
-def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
-    """Load and check a configuration file (and the files it includes). Raises ``ConfigError``."""
+def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None, *,
+                unset_env: str = "serve") -> Config:
+    """Load and check a configuration file (and the files it includes). Raises ``ConfigError``.
+
+    ``unset_env``: how unset key variables count (``resolve.UNSET_ENV_MODES``)."""
     p = Path(path)
     text = _read(p)
-    return load_config_text(text, source=str(p), env=env, base_dir=p.parent)
+    return load_config_text(text, source=str(p), env=env, base_dir=p.parent,
+                            unset_env=unset_env)
 
 
 def load_config_text(text: str, *, source: str = "<memory>",
                      env: Mapping[str, str] | None = None,
-                     base_dir: str | os.PathLike[str] | None = None) -> Config:
+                     base_dir: str | os.PathLike[str] | None = None,
+                     unset_env: str = "serve") -> Config:
     """Parse TOML text and resolve it; ``env`` defaults to ``os.environ``.
 
     ``include`` paths are read relative to ``base_dir``; without one (a
@@ -46,7 +51,7 @@ def load_config_text(text: str, *, source: str = "<memory>",
     digest = hashlib.sha256("\0".join([text, *doc.texts]).encode()).hexdigest()[:16]
     return resolve(doc.raw, os.environ if env is None else env, source=source, digest=digest,
                    problems=doc.problems, salvage=doc.salvage, warnings=doc.warnings,
-                   includes=tuple(doc.files))
+                   includes=tuple(doc.files), unset_env=unset_env)
 
 
 @dataclass

@@ -13,7 +13,7 @@ import ipaddress
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
-from humpyard.config.models import Provider, RawConfig, Route, Router, SelectRule
+from humpyard.config.models import Pool, Provider, RawConfig, Route, Router, SelectRule
 from humpyard.config.names import FAILURE_CLASSES
 from humpyard.config.problems import Salvage, did_you_mean, path
 from humpyard.config.spec import (
@@ -39,21 +39,32 @@ from humpyard.errors import ConfigError
 
 DEFAULT_FALLBACK = frozenset(c for c in FAILURE_CLASSES if c != "unavailable")
 
+UNSET_ENV_MODES = ("serve", "check", "strict")
+"""How an unset variable named by ``api_key_env`` or ``key_env`` counts: ``serve``
+(the default) warns for a provider's (its calls go without a key) and refuses a
+client key's (a gateway must not start with a key missing); ``check`` warns for
+both (``humpyard check`` on a machine without the secrets); ``strict`` refuses
+both (``humpyard check --strict``). docs/configuration.md, "Unset key variables"."""
+
 
 def resolve(raw: RawConfig, env: Mapping[str, str], *, source: str = "<memory>",
             digest: str = "", problems: Sequence[str] = (), salvage: Salvage | None = None,
-            warnings: Sequence[str] = (), includes: tuple[str, ...] = ()) -> Config:
+            warnings: Sequence[str] = (), includes: tuple[str, ...] = (),
+            unset_env: str = "serve") -> Config:
     """Check every name the file uses and build the runtime ``Config``.
 
     ``problems`` are errors found before (the schema's, an include's); with
     ``salvage`` (what failed the schema) a reference to a broken entry is not
     reported again as unknown. ``ConfigError`` lists every error, then the warnings.
+    ``unset_env`` is one of ``UNSET_ENV_MODES``.
     """
+    if unset_env not in UNSET_ENV_MODES:
+        raise ValueError(f"unset_env: one of {UNSET_ENV_MODES}, got {unset_env!r}")
     errors: list[str] = list(problems)
     warned: list[str] = list(warnings)
     known = salvage or Salvage()
     _check_names_themselves(raw, errors)
-    providers = _providers(raw, env, errors, warned)
+    providers = _providers(raw, env, errors, unset=errors if unset_env == "strict" else warned)
     targets = _targets(raw, errors, known)
     routes = _routes(raw, targets, errors, known)
     for tname in targets:
@@ -61,7 +72,8 @@ def resolve(raw: RawConfig, env: Mapping[str, str], *, source: str = "<memory>",
             routes[tname] = RouteSpec(name=tname, type="passthrough", targets=(tname,),
                                       fallback_on=DEFAULT_FALLBACK, implicit=True)
     _check_select(raw, routes, errors, known)
-    keys = _keys(raw, routes, env, errors, known)
+    keys = _keys(raw, routes, env, errors, known,
+                 unset=warned if unset_env == "check" else errors)
     if not targets and not errors and not known.any_broken("targets"):
         warned.append("the configuration declares no targets: there is nothing to route to, "
                       "and every request gets 404 unknown_model")
@@ -140,14 +152,15 @@ def _secret(env: Mapping[str, str], name: str) -> str | None:
 
 
 def _providers(raw: RawConfig, env: Mapping[str, str], errors: list[str],
-               warnings: list[str]) -> dict[str, ProviderSpec]:
+               unset: list[str]) -> dict[str, ProviderSpec]:
+    """The providers; an unset ``api_key_env`` goes to ``unset`` (warnings or errors)."""
     out: dict[str, ProviderSpec] = {}
     for name, p in raw.providers.items():
         key = None
         if p.api_key_env:
             key = _secret(env, p.api_key_env)
             if key is None:
-                warnings.append(f"{path('providers', name, 'api_key_env')}: environment "
+                unset.append(f"{path('providers', name, 'api_key_env')}: environment "
                                 f"variable {p.api_key_env} is not set; calls go without a key")
             elif not all("\x21" <= c <= "\x7e" for c in key):
                 # Such a value fails in the HTTP library, whose message (and debug log) quotes it.
@@ -228,12 +241,12 @@ def _pool_members(name: str, r: Route, targets: Mapping[str, TargetSpec], errors
     assert r.pool is not None
     pool = r.pool
     having = [t for t in sorted(targets) if pool.strength in targets[t].strengths]
+    existing = sorted({s for t in targets.values() for s in t.strengths})
     if not having:
-        existing = sorted({s for t in targets.values() for s in t.strengths})
         if not known.any_broken("targets"):  # a broken target may have had the strength
             errors.append(f"{path('routes', name, 'pool', 'strength')}: no target has "
-                          f"strength {pool.strength!r}"
-                          + did_you_mean(pool.strength, existing, "strength"))
+                          f"strength {pool.strength!r}; {_strengths_that_exist(existing)}"
+                          + _suggestion(pool.strength, existing))
         return (), ()
     members: list[str] = []
     left_out: list[tuple[str, str]] = []
@@ -256,9 +269,35 @@ def _pool_members(name: str, r: Route, targets: Mapping[str, TargetSpec], errors
                 continue
         members.append(t)
     if not members:
+        why = "; ".join(f"{t!r} {_left_out_why(targets[t], r, pool)}" for t, r in left_out)
         errors.append(f"{path('routes', name, 'pool')}: no target with strength "
-                      f"{pool.strength!r} qualifies (left out: {dict(left_out)})")
+                      f"{pool.strength!r} qualifies: {why}; {_strengths_that_exist(existing)}")
     return tuple(members), tuple(left_out)
+
+
+def _strengths_that_exist(existing: Sequence[str]) -> str:
+    if not existing:
+        return "no target declares a strength"
+    return "strengths that exist: " + ", ".join(repr(s) for s in existing)
+
+
+def _suggestion(word: str, existing: Sequence[str]) -> str:
+    """``; did you mean 'x'?`` when one strength is close (the list is given anyway)."""
+    hint = did_you_mean(word, existing, "strength")
+    return hint if hint.startswith(";") else ""
+
+
+def _left_out_why(t: TargetSpec, reason: str, pool: Pool) -> str:
+    """Why target ``t`` with the pool's strength left it, for the error that lists them."""
+    if reason == "context_window_undeclared":
+        return (f"declares no context_window on any endpoint (min_context_window "
+                f"{pool.min_context_window})")
+    if reason == "context_window_below":
+        best = max((e.context_window or 0 for e in t.endpoints), default=0)
+        return f"has context_window {best} < min_context_window {pool.min_context_window}"
+    if reason == "quality_undeclared":
+        return f"declares no quality (min_quality {pool.min_quality})"
+    return f"has quality {t.quality} < min_quality {pool.min_quality}"
 
 
 def _routes(raw: RawConfig, targets: dict[str, TargetSpec], errors: list[str],
@@ -369,7 +408,8 @@ def _check_select(raw: RawConfig, routes: Mapping[str, RouteSpec], errors: list[
 
 
 def _keys(raw: RawConfig, routes: Mapping[str, RouteSpec], env: Mapping[str, str],
-          errors: list[str], known: Salvage) -> dict[str, KeySpec]:
+          errors: list[str], known: Salvage, *, unset: list[str]) -> dict[str, KeySpec]:
+    """The client keys; an unset ``key_env`` goes to ``unset`` (errors or warnings)."""
     out: dict[str, KeySpec] = {}
     for kid, k in raw.keys.items():
         for i, r in enumerate(k.allowed_routes or []):
@@ -379,8 +419,10 @@ def _keys(raw: RawConfig, routes: Mapping[str, RouteSpec], env: Mapping[str, str
         if k.key_env is not None:
             value = _secret(env, k.key_env)
             if not value:
-                errors.append(f"{path('keys', kid, 'key_env')}: environment variable "
-                              f"{k.key_env} is not set")
+                unset.append(f"{path('keys', kid, 'key_env')}: environment variable "
+                             f"{k.key_env} is not set"
+                             + ("; serve refuses to start without it" if unset is not errors
+                                else ""))
                 continue
             digest = hashlib.sha256(value.encode()).digest()
         else:

@@ -2,7 +2,8 @@
 
 ``route_table()`` is every path the app serves, each tagged with its surface:
 
-- ``client``: what agents, SDKs and CI jobs call with a client key;
+- ``client``: what agents, SDKs and CI jobs call with a client key (and the
+  key-less probes ``/healthz`` and ``/readyz``);
 - ``admin``: what operators call (decisions, stats, health, config, overrides,
   quota, metrics); behind IAM as well in AWS (docs/deploy.md);
 - ``console``: the operator's page and the API description it reads.
@@ -30,7 +31,7 @@ from humpyard.clock import Clock
 from humpyard.config.spec import Config
 from humpyard.errors import HumpyardError
 from humpyard.gateway import Gateway
-from humpyard.http import admin, explain, messages, openapi, overrides, quota, ui
+from humpyard.http import admin, explain, messages, openapi, overrides, probes, quota, ui
 from humpyard.http.chat import OPENAI_CHAT
 from humpyard.http.errors import error_response
 from humpyard.http.intake import ClientPath
@@ -60,6 +61,10 @@ def route_table() -> list[tuple[str, Route]]:
         (CLIENT, Route("/v1/models/{model_id:path}", admin.model, methods=["GET"])),
         (CLIENT, Route("/", admin.root, methods=["HEAD", "GET"])),  # clients' preflight
         (CLIENT, Route("/v1/route/explain", explain.explain_route, methods=["POST"])),
+        # probes: no key, nothing from the configuration (http/probes.py); on AWS the
+        # gateway function serves them (template.yaml's catch-all route)
+        (CLIENT, Route("/healthz", probes.healthz, methods=["GET", "HEAD"])),
+        (CLIENT, Route("/readyz", probes.readyz, methods=["GET", "HEAD"])),
         # -- admin API ----------------------------------------------------------------
         (ADMIN, Route("/v1/health", admin.health, methods=["GET"])),
         (ADMIN, Route("/v1/decisions", admin.decisions, methods=["GET"])),

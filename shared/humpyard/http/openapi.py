@@ -210,6 +210,11 @@ def op(summary: str, responses: dict[str, Schema], *, request: Schema | None = N
     return out
 
 
+READINESS = obj({"status": STR, "checks": obj(
+    {"config": STR, "writer": STR, "store": STR}, "config", "writer", "store")},
+    "status", "checks")
+
+
 def _client_ops() -> dict[tuple[str, str], Schema]:
     streamed = {"application/json": {"schema": ref("ChatCompletion")}, **SSE}
     message = {"application/json": {"schema": ref("Message")}, **SSE}
@@ -238,6 +243,13 @@ def _client_ops() -> dict[tuple[str, str], Schema]:
         ("GET", "/"): op("The gateway is up (HEAD / too: Claude Code's preflight); no key",
                          tag="client", responses={
             "200": answer(obj({"object": STR, "status": STR}, "status"), "up")}),
+        ("GET", "/healthz"): op("Liveness: the process serves HTTP (always 200); no key",
+                                tag="client", responses={
+            "200": answer(obj({"status": STR}, "status"), "alive")}),
+        ("GET", "/readyz"): op(
+            "Readiness: a configuration is loaded, the ledger writer runs and the store "
+            "answers; 503 otherwise, naming the check that failed; no key", tag="client",
+            responses={"200": answer(READINESS, "ready"), "503": answer(READINESS, "not ready")}),
         ("POST", "/v1/messages/count_tokens"): op(
             "Estimate a Messages request's input tokens (no upstream call)", tag="client",
             request=COUNT_TOKENS_REQUEST, responses={

@@ -335,3 +335,8 @@ class Store(LedgerStore, OverrideStore, QuotaStore, LiveStateStore, Protocol):
 
     def close(self) -> None: ...
 
+    def ping(self) -> None:
+        """Raise ``StoreError`` unless the backend answers now (``GET /readyz``): a
+        closed store, a ledger file that is gone, an unreachable table. Cheap."""
+        ...
+

@@ -32,7 +32,7 @@ from typing import Any
 
 from humpyard.errors import StoreError
 from humpyard.store.base import SharedRead, SharedRequest
-from humpyard.store.dynamodb_base import as_float, as_int, as_str
+from humpyard.store.dynamodb_base import S, as_float, as_int, as_str
 from humpyard.store.dynamodb_ledger import DynamoDBLedger, LedgerWriteError, spend_key
 from humpyard.store.dynamodb_live import (
     LATENCY_SHARDS,
@@ -102,6 +102,13 @@ class DynamoDBStore(DynamoDBLedger, DynamoDBOverrides, DynamoDBQuota, DynamoDBLi
             breakers=breakers_of(live),
             spend={k: spend.get((k, p), 0.0) for k, p in request.spend.items()},
             latency=latency_of(latency), overrides_version=version, overrides=overrides)
+
+    def ping(self) -> None:
+        """One eventually consistent ``BatchGetItem`` of a key that is never written
+        (``live``/``readyz``, in the partition every function may read): the state
+        table answers, or ``StoreError``. Half a read unit."""
+        self._batch_get(self.state_table, [{"pk": S("live"), "sk": S("readyz")}],
+                        consistent=False)
 
     def purge(self, before: float) -> int:
         """Delete what is older than ``before`` (TTL does the same, late); return decisions.

@@ -66,6 +66,11 @@ class MemoryStore(LiveStateDelegate):
                 raise StoreError("store is closed")
             yield
 
+    def ping(self) -> None:
+        """``StoreError`` once closed; nothing else can fail in memory."""
+        with self._locked():
+            pass
+
     def close(self) -> None:
         """Refuse further calls; idempotent."""
         with self._lock:

@@ -38,6 +38,20 @@ def _create_private(path: str) -> None:
         pass
 
 
+def _identity(path: str, *, strict: bool = False) -> tuple[int, int] | None:
+    """(device, inode) of the ledger file; None for an in-memory or URI database
+    (or, unless ``strict``, a file that cannot be looked at)."""
+    if path == ":memory:" or path.startswith("file:"):
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        if strict:
+            raise
+        return None
+    return (st.st_dev, st.st_ino)
+
+
 class SQLiteBase:
     """Owns the connection; subclasses run SQL only inside ``_tx`` or ``_read``."""
 
@@ -60,6 +74,22 @@ class SQLiteBase:
             raise StoreError(f"cannot open ledger {path}: {exc}") from exc
         if mode != "wal" and path != ":memory:":
             logger.warning("ledger %s runs in journal mode %s, not WAL", path, mode)
+        self._identity = _identity(path)
+
+    def ping(self) -> None:
+        """``StoreError`` unless the connection answers and the file at ``path`` is still
+        the one it opened: a ledger whose file (or directory) was removed or replaced
+        keeps accepting writes into a file nobody will ever read again."""
+        with self._read() as conn:
+            conn.execute("SELECT 1").fetchone()
+        if self._identity is None:
+            return
+        try:
+            now = _identity(self.path, strict=True)
+        except OSError as exc:
+            raise StoreError(f"ledger {self.path} is gone: {exc.strerror}") from exc
+        if now != self._identity:
+            raise StoreError(f"ledger {self.path} was replaced by another file")
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:

@@ -283,6 +283,11 @@ class BackgroundWriter:
             finally:
                 self._hurry -= 1
 
+    @property
+    def running(self) -> bool:
+        """Whether the writer thread is alive and not closed (``GET /readyz``)."""
+        return not self._closed and self._thread.is_alive()
+
     def close(self, timeout: float | None = None) -> bool:
         """Write what is queued, then stop the thread; True when it stopped in time.
         Idempotent."""
@@ -350,6 +355,7 @@ class InlineWriter:
     more than the write itself (a wake-up and two GIL hand-offs per request)."""
 
     pending = 0
+    running = True  # nothing to stop: each write happens in its caller
 
     def __init__(self, store: Any) -> None:
         self._store = store

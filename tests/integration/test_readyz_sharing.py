@@ -1,0 +1,82 @@
+"""``/readyz`` asks the store once for any number of concurrent probes, and reuses
+the answer for ``STORE_CHECK_SECS`` (http/probes.py): unauthenticated probes cannot
+queue up store reads. The store is a real ``MemoryStore`` whose ``ping`` is held
+on an event and counted; the clock is a ``FakeClock``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import httpx
+
+from humpyard.clock import FakeClock
+from humpyard.config import load_config_text
+from humpyard.gateway import Gateway
+from humpyard.http.app import create_app
+from humpyard.http.probes import STORE_CHECK_SECS
+from humpyard.store.memory import MemoryStore
+from tests.support.servers import ServerThread
+
+CONFIG = '''
+[providers.p]
+base_url = "http://127.0.0.1:9/v1"
+
+[targets.t]
+endpoints = [{ provider = "p", model = "m" }]
+
+[keys.me]
+key_sha256 = "0000000000000000000000000000000000000000000000000000000000000000"
+'''
+
+
+class HeldStore(MemoryStore):
+    """A memory store whose ``ping`` waits for ``release`` and counts its calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.pings = 0
+
+    def ping(self) -> None:
+        self.pings += 1
+        self.release.wait(10)
+        super().ping()
+
+
+def test_concurrent_probes_share_one_store_check_and_reuse_it():
+    clock = FakeClock()
+    store = HeldStore()
+    config = load_config_text(CONFIG)
+    app = create_app(config, gateway=Gateway(config, store, clock=clock))
+
+    async def flood(url: str, n: int) -> list[int]:
+        async with httpx.AsyncClient(timeout=15) as client:
+            answers = await asyncio.gather(*(client.get(url + "/readyz") for _ in range(n)))
+        return [a.status_code for a in answers]
+
+    with ServerThread(app, lifespan="on") as srv:
+        result: list[list[int]] = []
+        t = threading.Thread(target=lambda: result.append(asyncio.run(flood(srv.url, 50))))
+        t.start()
+        deadline = time.monotonic() + 10
+        while store.pings == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)  # the rest of the flood arrives while the one check is held
+        store.release.set()
+        t.join(15)
+        assert result == [[200] * 50]
+        assert store.pings == 1
+        # within the reuse window: answered without asking the store
+        assert httpx.get(srv.url + "/readyz", timeout=5).status_code == 200
+        assert store.pings == 1
+        clock.advance(STORE_CHECK_SECS + 0.1)
+        assert httpx.get(srv.url + "/readyz", timeout=5).status_code == 200
+        assert store.pings == 2
+        # a closed store is 503 once the window has passed
+        store.close()
+        clock.advance(STORE_CHECK_SECS + 0.1)
+        r = httpx.get(srv.url + "/readyz", timeout=5)
+        assert r.status_code == 503 and r.json()["checks"]["store"] == "unreachable"
