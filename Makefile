@@ -52,7 +52,7 @@ lint: $(STAMP)
 
 ## soak: two minutes each of the fault soak (32 connections) and the ledger soak (256; make test: 20 s)
 soak: $(STAMP)
-	HUMPYARD_SOAK_SECS=$${HUMPYARD_SOAK_SECS:-120} $(PY) -m pytest tests/faults/test_soak.py -q -s
+	HUMPYARD_SOAK_SECS=$${HUMPYARD_SOAK_SECS:-120} $(PY) -m pytest tests/faults/test_soak.py tests/hostile/test_soak_hostile.py -q -s
 
 ## bench: measure the gateway's own cost; results in bench/results/
 bench: $(STAMP)
