@@ -32,7 +32,9 @@ def _reserved(d: Deployment) -> dict[str, Any]:
 
 
 def test_reserved_concurrency_keeps_room_for_admin_and_poller_and_can_cap_chat() -> None:
-    assert _reserved(_deployed()) == {"GatewayFunction": None, "StreamFunction": None,
+    # by default every function reserves its share: 456 of a default account quota of
+    # 1,000, leaving the 100 unreserved Lambda requires and more
+    assert _reserved(_deployed()) == {"GatewayFunction": "50", "StreamFunction": "400",
                                       "AdminFunction": "5", "QuotaPollerFunction": "1"}
     capped = _deployed(StreamConcurrency="800", GatewayConcurrency="50", AdminConcurrency="3",
                        QuotaPollerConcurrency="-1")

@@ -16,10 +16,17 @@ from starlette.routing import Route
 from template_eval import Deployment
 
 from humpyard.aws.env import LambdaEnv
+from humpyard.http.app import route_table
+from humpyard.http.intake import ClientPath
 from humpyard.metrics import GatewayMetrics, Metrics, emf
 from humpyard.store.dynamodb_schema import LEDGER_TABLE, STATE_TABLE, TTL_ATTRIBUTE
 
-STREAMED = {("/v1/chat/completions", "post"), ("/v1/messages", "post")}
+# Every client path that can answer with a stream (a ``ClientPath`` in the route table):
+# derived, so a client path added later cannot be left on the buffered function, whose
+# answers API Gateway cuts at 29 s.
+STREAMED = {(route.path, method.lower()) for _, route in route_table()
+            if isinstance(route.endpoint, ClientPath) for method in route.methods or ()
+            if method != "HEAD"}
 ADMIN = re.compile(r"^/(v1/overrides|v1/decisions|v1/health$|v1/config$|v1/stats$|v1/quota"
                    r"|metrics$|ui)")
 
@@ -42,7 +49,12 @@ def _function_of(integration: dict[str, Any]) -> str:
     return found.group(1)
 
 
-def test_chat_and_messages_use_the_streaming_integration() -> None:
+def test_the_streamed_set_covers_every_client_protocol() -> None:
+    assert {("/v1/chat/completions", "post"), ("/v1/messages", "post"),
+            ("/v1/responses", "post")} <= STREAMED
+
+
+def test_every_streaming_client_path_uses_the_streaming_integration() -> None:
     seen = set()
     for path, method, _, integ in _integrations():
         uri = integ["uri"]["Fn::Sub"]

@@ -118,6 +118,31 @@ def test_a_streamed_answer_arrives_as_produced_and_is_recorded_before_its_end(
     assert any("_aws" in x for x in lines)
 
 
+def test_a_streamed_responses_request_relays_event_by_event(
+        stream_function: tuple[StreamFunction, FakeUpstream]) -> None:
+    # Codex CLI speaks only the Responses API; API Gateway sends POST /v1/responses to
+    # this function (template.yaml), so its events must leave as the upstream makes them.
+    fn, primary = stream_function
+    primary.script(ok(["Hel", "lo ", "there"], chunk_delay=0.4))
+    body = {"model": "auto", "stream": True, "input": "hi"}
+    arrivals: list[tuple[float, str]] = []
+    started = time.monotonic()
+    with httpx.Client(timeout=20) as client, client.stream(
+            "POST", fn.url + "/v1/responses", json=body) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        rid = resp.headers["x-humpyard-request-id"]
+        for line in resp.iter_lines():
+            if line.startswith("data: "):
+                event = json.loads(line[6:])
+                if event.get("type") == "response.output_text.delta":
+                    arrivals.append((time.monotonic() - started, event["delta"]))
+        decision = fn.store.get_decision(rid)
+    assert [d for _, d in arrivals] == ["Hel", "lo ", "there"]
+    assert arrivals[-1][0] - arrivals[0][0] >= 0.6  # relayed as produced, not buffered
+    assert decision is not None and decision["outcome"] == "ok"
+
+
 def test_the_counts_an_instance_held_back_go_out_at_its_shutdown(
         stream_function: tuple[StreamFunction, FakeUpstream]) -> None:
     # Counters add up in the instance and print once a minute (aws/emission.py); the

@@ -16,6 +16,16 @@ tries again (``max_attempts`` in all), so no transition is lost and
 cooldowns only grow (the pure transitions take the later deadline). A
 transition that changes nothing writes nothing.
 
+Only transitions are written: a trip, a stated cooldown, a probe lease, a
+reopening, a recovery. A failure that does not trip the breaker is counted
+in the instance (``_unshared``) and written with the failure that does: the
+threshold is reached by one instance's consecutive failures (added to any
+count the store holds), and a failure while the endpoint is cooling down
+(a call that started before the trip, or by an instance whose snapshot is
+older than the trip) writes nothing. So a dead endpoint costs the live item
+one write per trip, not one per failed call of every instance
+(docs/decisions/0002-dynamodb-layout.md, "The live item").
+
 The half-open probe lease is part of the state, so the conditional write
 decides the probe: of several instances asking at once, exactly one write
 succeeds and the others, re-applying ``try_acquire_probe`` to the winner's
@@ -32,6 +42,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 
 from humpyard.clock import Clock
 from humpyard.errors import StoreError
@@ -41,6 +52,7 @@ from humpyard.health.breaker import (
     BreakerState,
     EndpointView,
     HealthSettings,
+    is_half_open,
     record_failure,
     record_success,
     release_probe,
@@ -77,6 +89,7 @@ class SharedHealth:
         self._lock = threading.Lock()
         self._states: dict[str, BreakerState] = {}
         self._stored: set[str] = set()  # keys known to exist in the store
+        self._unshared: dict[str, int] = {}  # failures counted here, not yet written
         self._read_at: float | None = None
         self._state = state if state is not None else state_for(store, clock)
         self._generation = -1
@@ -147,14 +160,42 @@ class SharedHealth:
     def record_failure(
         self, key: str, now: float, retry_after: float | None = None
     ) -> BreakerState:
-        """Record a counted failure; ``retry_after`` is a stated time in seconds, unclamped."""
-        old, new, _ = self._apply(
-            key, lambda s: (True, record_failure(s, self.settings, now, retry_after)))
+        """Record a counted failure; ``retry_after`` is a stated time in seconds, unclamped.
+
+        Written only when it changes the breaker's state (see the module docstring)."""
+        settings = self.settings
+        if retry_after is None and settings.enabled:
+            known = self.get(key)
+            if _cooling(known, now):
+                return known  # already cold: nothing to share
+            with self._lock:
+                counted = self._unshared.get(key, 0) + 1
+                if (not is_half_open(known, now)
+                        and known.consecutive_failures + counted < settings.failure_threshold):
+                    self._unshared[key] = counted
+                    return replace(known, consecutive_failures=known.consecutive_failures
+                                   + counted)
+                self._unshared.pop(key, None)
+            extra = counted - 1  # the failures counted here before this one
+
+            def fail(s: BreakerState) -> tuple[bool, BreakerState]:
+                if _cooling(s, now):
+                    return True, s  # another instance tripped it first
+                if extra and not is_half_open(s, now):
+                    s = replace(s, consecutive_failures=s.consecutive_failures + extra)
+                return True, record_failure(s, settings, now)
+
+            old, new, _ = self._apply(key, fail)
+        else:
+            old, new, _ = self._apply(
+                key, lambda s: (True, record_failure(s, settings, now, retry_after)))
         log_transition(key, old, new, now)
         return new
 
     def record_success(self, key: str, now: float) -> BreakerState:
         """Record an answered call; closes the breaker (no write when already closed)."""
+        with self._lock:
+            self._unshared.pop(key, None)
         old, new, _ = self._apply(key, lambda s: (True, record_success(s, self.settings, now)))
         log_transition(key, old, new, now)
         return new
@@ -210,3 +251,8 @@ class SharedHealth:
                 self._stored.add(key)
             else:
                 self._stored.discard(key)
+
+
+def _cooling(state: BreakerState, now: float) -> bool:
+    """Open, and its cooldown still running: a failure now changes nothing shared."""
+    return state.open_until != 0 and now < state.open_until

@@ -85,56 +85,100 @@ def heat_table(heat: dict[tuple[str, str], int], requests: int, top: int = 12) -
     return "\n".join(lines)
 
 
-def test_no_partition_key_runs_hot(client: Any, clock: FakeClock, tmp_path: Path,
-                                   capsys: pytest.CaptureFixture[str]) -> None:
+def run_heat(client: Any, clock: FakeClock, tmp_path: Path, *, text: str, instances: int,
+             transport: httpx.MockTransport, routes: list[int], keys: list[int],
+             allowed: frozenset[int] = frozenset({200})) -> WriteUnits:
+    """Serve one request per entry of ``routes``/``keys`` round-robin over ``instances``
+    Lambda instances on one (moto) DynamoDB; the billed writes."""
     path = tmp_path / "humpyard.toml"
-    path.write_text(config())
+    path.write_text(text)
     env = LambdaEnv.from_environ({"HUMPYARD_STATE_TABLE": STATE, "HUMPYARD_LEDGER_TABLE": LEDGER,
                                   "HUMPYARD_CONFIG": str(path)})
     writes = WriteUnits(client, STATE, LEDGER)
     secrets = {f"KEY_{k}": f"key-{k}-secret" for k in range(KEYS)}
-    instances = []
-    for _ in range(INSTANCES):
+    served = []
+    for _ in range(instances):
         gw = build_gateway(env, dynamodb=writes, clock=clock, environ=secrets,
-                           transport=httpx.MockTransport(answer))
+                           transport=transport)
         inst = Instance(env=env, gateway=gw, logger=logging.getLogger("tests.heat"),  # type: ignore[arg-type]
                         stdout=io.StringIO())
-        instances.append((inst, FlushMiddleware(create_app(gw.config, gateway=gw), inst.flush)))
-    rng = random.Random(17)
-    routes = rng.choices(range(ROUTES), zipf(ROUTES), k=REQUESTS)
-    keys = rng.choices(range(KEYS), zipf(KEYS), k=REQUESTS)
+        served.append((inst, FlushMiddleware(create_app(gw.config, gateway=gw), inst.flush)))
 
     async def serve() -> None:
         clients = [httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw")
-                   for _, app in instances]
-        for i in range(REQUESTS):
-            clock.advance(GAP_SECS / INSTANCES)  # so each instance sees GAP_SECS between its own
-            r = await clients[i % INSTANCES].post(
+                   for _, app in served]
+        for i, (route, key) in enumerate(zip(routes, keys, strict=True)):
+            clock.advance(GAP_SECS / instances)  # so each instance sees GAP_SECS between its own
+            r = await clients[i % instances].post(
                 "/v1/chat/completions",
-                headers={"authorization": f"Bearer key-{keys[i]}-secret"},
-                json={"model": f"r{routes[i]:03d}",
+                headers={"authorization": f"Bearer key-{key}-secret"},
+                json={"model": f"r{route:03d}",
                       "messages": [{"role": "user", "content": "x"}]})
-            assert r.status_code == 200, r.text
+            assert r.status_code in allowed, r.text
         for c in clients:
             await c.aclose()
 
     asyncio.run(serve())
-    for inst, _ in instances:
+    for inst, _ in served:
         inst.close()  # the last flush of stats and latency: billed like the rest
+    return writes
 
+
+def report(writes: WriteUnits, requests: int, instances: int, what: str) -> tuple[float, str]:
     heat = writes.heat()
-    table = heat_table(heat, REQUESTS)
-    units = writes.total_units() / REQUESTS
+    table = heat_table(heat, requests)
+    units = writes.total_units() / requests
     reads = sum(n for op, n in writes.calls.items() if op in ("GetItem", "BatchGetItem", "Query"))
+    print(f"\nPartition heat{what}: {requests} requests on {instances} instances, per request "
+          f"{units:.2f} write units, {writes.items() / requests:.2f} items written, "
+          f"{reads / requests:.2f} read calls, "
+          f"{writes.read_units / requests:.2f} read units; the hottest partition keys:"
+          f"\n{table}")
+    return max(heat.values()) / requests * RATE, table
+
+
+def test_no_partition_key_runs_hot(client: Any, clock: FakeClock, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    rng = random.Random(17)
+    routes = rng.choices(range(ROUTES), zipf(ROUTES), k=REQUESTS)
+    keys = rng.choices(range(KEYS), zipf(KEYS), k=REQUESTS)
+    writes = run_heat(client, clock, tmp_path, text=config(), instances=INSTANCES,
+                      transport=httpx.MockTransport(answer), routes=routes, keys=keys)
     with capsys.disabled():
-        print(f"\nPartition heat: {REQUESTS} requests on {INSTANCES} instances, per request "
-              f"{units:.2f} write units, {writes.items() / REQUESTS:.2f} items written, "
-              f"{reads / REQUESTS:.2f} read calls, "
-              f"{writes.read_units / REQUESTS:.2f} read units; the hottest partition keys:"
-              f"\n{table}")
-    hottest = max(heat.values()) / REQUESTS * RATE
+        hottest, table = report(writes, REQUESTS, INSTANCES, "")
     assert hottest <= BOUND, table
     # The shape the bound rests on: every decision is one item and two index entries.
     decisions = [w for w in writes.writes if w.table == LEDGER and not w.index]
     assert len(decisions) == REQUESTS
     assert sum(1 for w in writes.writes if w.table.startswith(LEDGER + "/")) == 2 * REQUESTS
+
+
+FAILING_INSTANCES = 40
+
+
+def dead_p0(request: httpx.Request) -> httpx.Response:
+    """Provider p0 is down (every call a 500); the others answer."""
+    if request.url.host == "p0.test":
+        return httpx.Response(500, json={"error": {"message": "down"}})
+    return answer(request)
+
+
+def test_a_failing_primary_does_not_heat_the_live_item(client: Any, clock: FakeClock,
+                                                       tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    # Every request's first target is on the dead provider, so each instance meets the
+    # failure until its breaker trips and every instance learns the trip; the breaker
+    # (the live item) is written on transitions only: a trip per instance that reaches
+    # the threshold before it sees another's, not a compare-and-set per failed call.
+    rng = random.Random(5)
+    routes = [r for r in range(ROUTES) if r % TARGETS % PROVIDERS == 0]
+    picked = rng.choices(routes, k=REQUESTS)
+    keys = rng.choices(range(KEYS), zipf(KEYS), k=REQUESTS)
+    writes = run_heat(client, clock, tmp_path, text=config(), instances=FAILING_INSTANCES,
+                      transport=httpx.MockTransport(dead_p0), routes=picked, keys=keys)
+    with capsys.disabled():
+        hottest, table = report(writes, REQUESTS, FAILING_INSTANCES, " (a failing primary)")
+    assert hottest <= BOUND, table
+    live = writes.heat()[(STATE, "live")] / REQUESTS * RATE
+    assert live <= 100, table

@@ -121,12 +121,47 @@ def test_a_conflict_reapplies_the_transition_to_the_current_state(client: Any,
     a.snapshot(clock.now())
     b.snapshot(clock.now())
     b_calls.reset()
-    a.record_failure(EP, clock.now())
+    for _ in range(S.failure_threshold - 1):  # counted in each instance, not written
+        a.record_failure(EP, clock.now())
+        b.record_failure(EP, clock.now())
+    assert b_calls.calls == {}
+    tripped = a.record_failure(EP, clock.now())
+    assert (tripped.consecutive_failures, tripped.open_until) == (3, clock.now() + 30)
     state = b.record_failure(EP, clock.now())  # b still thinks the endpoint was never seen
-    assert (state.consecutive_failures, state.version) == (2, 2)
-    assert b_calls.calls == {"UpdateItem": 2}  # the loser learned the state from its refusal
-    state = a.record_failure(EP, clock.now())
-    assert (state.consecutive_failures, state.open_until) == (3, clock.now() + 30)
+    assert b_calls.calls == {"UpdateItem": 1}  # the loser learned the state from its refusal
+    assert (state.open_until, state.version) == (tripped.open_until, tripped.version)
+
+
+def test_only_transitions_are_written(client: Any, clock: FakeClock) -> None:
+    a, a_calls = instance(client, clock)
+    stale = [instance(client, clock) for _ in range(20)]
+    for h, _ in stale:
+        h.snapshot(clock.now())  # taken before the trip: each still sees the endpoint healthy
+    a.snapshot(clock.now())
+    a_calls.reset()
+    for _ in range(S.failure_threshold - 1):
+        a.record_failure(EP, clock.now())
+    assert a_calls.calls == {}  # below the threshold: the instance's own count
+    a.record_failure(EP, clock.now())
+    assert a_calls.calls == {"UpdateItem": 1}  # the trip
+    for _ in range(10):
+        a.record_failure(EP, clock.now())  # calls that started before the trip
+    assert a_calls.calls == {"UpdateItem": 1}
+    # twenty instances whose snapshot predates the trip, each failing three times: one
+    # refused write each (which tells it the state), then nothing
+    for h, calls in stale:
+        calls.reset()
+        for _ in range(S.failure_threshold + 2):
+            assert h.record_failure(EP, clock.now()).consecutive_failures >= 1
+        assert calls.calls == {"UpdateItem": 1}
+        assert h.view(EP, clock.now()).state == "cooling_down"
+    # the probe's failure reopens: a transition, written once
+    clock.advance(S.cooldown_secs + 1)
+    a_calls.reset()
+    assert a.try_acquire_probe(EP, clock.now())
+    reopened = a.record_failure(EP, clock.now())
+    assert reopened.trips == 2 and reopened.open_until == clock.now() + 2 * S.cooldown_secs
+    assert a_calls.calls["UpdateItem"] == 2  # the lease, then the reopening
 
 
 def test_cooldowns_only_extend_across_instances(client: Any, clock: FakeClock) -> None:
