@@ -1,5 +1,7 @@
 """A client that leaves mid-stream: the gateway stops reading the upstream, closes
-it and records the request at once, on both client paths (real sockets)."""
+it and records the request at once (499, with the usage estimated from what was
+relayed), on both client paths (real sockets). Leaving in the other phases, and
+what it costs: tests/hostile/test_disconnect_*.py."""
 
 from __future__ import annotations
 
@@ -64,7 +66,11 @@ def test_leaving_mid_stream_closes_the_upstream_and_records_the_request(protocol
             time.sleep(0.05)
         [decision] = gw.decisions()
         assert time.monotonic() - left < 5  # not the ten seconds of the whole answer
-        assert decision["status"] == 200 and decision["target"] == "t"
+        # the answer had started: recorded as the client's leaving, with the target
+        # that served and the tokens relayed until then (the usage chunk never came)
+        assert decision["status"] == 499 and decision["outcome"] == "client_closed"
+        assert decision["target"] == "t" and decision["usage_estimated"] is True
+        assert decision["usage"]["output_tokens"] > 0
         # the upstream connection was closed, not kept reading for nobody
         assert [c for c in gw.gw.client.fast.connections if not c.is_idle()] == []
 
