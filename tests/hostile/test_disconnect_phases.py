@@ -46,6 +46,11 @@ def _left_alone(gw, phase: str) -> None:  # noqa: ANN001 - a tests.support Runni
     assert gw.gw.metrics.client_disconnects.value(phase=phase) == 1
     assert gw.gw.metrics.upstream_attempts.value(target="t", provider="p",
                                                  outcome="cancelled") == 1
+    # stats: the cancelled call is no failure of the target (nor a request of it)
+    rows = gw.gw.store.stats("target", d["ts"] - 3600, d["ts"] + 3600)
+    assert [r for r in rows if r["key"] == "t" and (r["requests"] or r["failures"])] == []
+    [route] = gw.gw.store.stats("route", d["ts"] - 3600, d["ts"] + 3600)
+    assert route["requests"] == 1 and route["failures"] == 0
 
 
 @pytest.mark.parametrize("path", PATHS)
