@@ -47,6 +47,12 @@ async def send_reply(send: Send, reply: Reply) -> None:
     await send({"type": "http.response.body", "body": reply.body})
 
 
+WATCH_AFTER_SECS = 0.05
+"""How long a request runs before its client is watched: an answer out sooner
+(a cache hit, a benchmark's local upstream) never pays for the listening task;
+a client leaving sooner is noticed at this point. docs/decisions/0012."""
+
+
 class ClientWatch:
     """Watches one request's client from after its body until its answer is out.
 
@@ -60,24 +66,38 @@ class ClientWatch:
     the pending ``receive()`` with ``http.disconnect`` once the response is
     complete too, which is not the client leaving).
 
-    It costs one task per watched request (the pending ``receive()``) and no
-    wake-up until the client leaves or the watch stops. Any message other than
-    ``http.disconnect`` (none is due once the body is read) ends the watch
-    rather than being waited past.
+    The listening starts ``after`` seconds (``WATCH_AFTER_SECS``): until then
+    the watch is one timer, and a request answered sooner costs no more. Then
+    it is one task (the pending ``receive()``) with no wake-up until the client
+    leaves or the watch stops. Any message other than ``http.disconnect``
+    (none is due once the body is read) ends the watch rather than being
+    waited past.
     """
 
-    __slots__ = ("task", "phase", "left", "_on_left", "_listener")
+    __slots__ = ("task", "phase", "left", "_on_left", "_receive", "_listener", "_timer")
 
     def __init__(self, receive: Receive, phase: str,
-                 on_left: Callable[[str], None] | None = None) -> None:
+                 on_left: Callable[[str], None] | None = None,
+                 after: float = WATCH_AFTER_SECS) -> None:
         task = asyncio.current_task()
         assert task is not None
         self.task = task
         self.phase: str | None = phase
         self.left: str | None = None
         self._on_left = on_left
-        self._listener: asyncio.Future[Any] = asyncio.ensure_future(receive())
-        self._listener.add_done_callback(self._heard)
+        self._receive = receive
+        self._listener: asyncio.Future[Any] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        if after > 0:
+            self._timer = asyncio.get_running_loop().call_later(after, self._listen)
+        else:
+            self._listen()
+
+    def _listen(self) -> None:
+        self._timer = None
+        if self.phase is not None:
+            self._listener = asyncio.ensure_future(self._receive())
+            self._listener.add_done_callback(self._heard)
 
     def _heard(self, listener: asyncio.Future[Any]) -> None:
         phase = self.phase
@@ -94,7 +114,12 @@ class ClientWatch:
     def stop(self) -> None:
         """Stop watching (idempotent): the answer is about to go out, or is out."""
         self.phase = None
-        self._listener.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._listener is not None:
+            self._listener.cancel()
+            self._listener = None
 
     def ours(self) -> bool:
         """Whether the cancellation being handled is the watch's alone (the client
