@@ -27,16 +27,25 @@ def body_for(path: str, *, stream: bool) -> dict[str, Any]:
 
 
 def config(url: str, protocol: str = "openai") -> str:
+    """Route ``r``: target ``t`` (provider ``p``, model ``m``, priced), then ``u``
+    (provider ``q`` at the same upstream) to fail over to, which a client leaving
+    must never reach."""
     return f"""
 [providers.p]
 base_url = "{url}"
 protocol = "{protocol}"
 api_key_env = "UP_KEY"
+max_retries = 1
+[providers.q]
+base_url = "{url}"
+protocol = "{protocol}"
 [targets.t]
 endpoints = [{{ provider = "p", model = "m", price = {{ input = 3.0, output = 15.0 }} }}]
+[targets.u]
+endpoints = [{{ provider = "q", model = "m2" }}]
 [routes.r]
 type = "passthrough"
-targets = ["t"]
+targets = ["t", "u"]
 [health]
 failure_threshold = 1
 [keys.k]

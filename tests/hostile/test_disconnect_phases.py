@@ -32,11 +32,12 @@ from tests.support.watched_upstream import (
 NOTICED_WITHIN = 2.0  # seconds; the upstream's timeout_secs is 600
 
 
-def _left_alone(gw, phase: str) -> None:  # noqa: ANN001 - a tests.support Running
+def _left_alone(gw, up: WatchedUpstream, phase: str) -> None:  # noqa: ANN001
     """What must hold after the client left in ``phase``."""
     [d] = decisions(gw)
     assert d["status"] == 499 and d["outcome"] == "client_closed", d
-    [attempt] = d["attempts"]  # no failover, no re-send
+    [attempt] = d["attempts"]  # no retry (max_retries = 1), no failover to u, no re-send
+    assert len(up.requests) == 1  # and the upstream saw no other call
     assert attempt["target"] == "t" and attempt["cancelled"] is True, attempt
     assert attempt["failure_class"] is None
     assert d["usage"] is None and d["cost_usd"] == 0  # nothing was relayed
@@ -61,7 +62,7 @@ def test_leaving_while_a_buffered_call_waits_cancels_it(path: str) -> None:
         up.wait_held(1)
         left = leave(sock)
         assert up.wait_closed(1, NOTICED_WITHIN + 3) - left < NOTICED_WITHIN
-        _left_alone(gw, "waiting")
+        _left_alone(gw, up, "waiting")
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -75,7 +76,7 @@ def test_leaving_during_the_hold_back_cancels_the_stream(path: str) -> None:
         up.wait_held(1)
         left = leave(sock)
         assert up.wait_closed(1, NOTICED_WITHIN + 3) - left < NOTICED_WITHIN
-        _left_alone(gw, "hold_back")
+        _left_alone(gw, up, "hold_back")
 
 
 def test_after_a_client_left_the_endpoint_serves_the_next_request_at_once() -> None:
