@@ -56,8 +56,9 @@ async def serve(gw: Gateway, call: Call) -> Served:
     stream still to be relayed), or a ``HumpyardError``.
 
     What was decided and tried is left on ``call`` (``facts``, ``plan``,
-    ``attempts``) for the record, whichever way this ends; recording is the
-    caller's (``recording.py``).
+    ``attempts``) for the record, whichever way this ends (a cancellation too:
+    the attempts are appended to ``call.attempts`` as they are made); recording
+    is the caller's (``recording.py``).
     """
     call.ts = gw.clock.now()
     try:
@@ -70,11 +71,13 @@ async def serve(gw: Gateway, call: Call) -> Served:
         if call.plan.tiers:
             served = await run_tiered(gw.tiered, gw.executor, call.plan, call.config, call.body,
                                       facts.headers, facts.session_id, stream=facts.stream,
-                                      wanted_usage=_wants_usage(call.body), native=native)
+                                      wanted_usage=_wants_usage(call.body), native=native,
+                                      attempts=call.attempts)
         else:
             served = await gw.executor.run(call.plan, call.config, call.body,
                                            stream=facts.stream,
-                                           wanted_usage=_wants_usage(call.body), native=native)
+                                           wanted_usage=_wants_usage(call.body), native=native,
+                                           attempts=call.attempts)
     except HumpyardError as e:
         if isinstance(e, BudgetExhausted) and call.key and call.key.budget:
             e.retry_after = seconds_left(call.key.budget.period, call.ts)

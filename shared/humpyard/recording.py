@@ -12,6 +12,13 @@ must wait for it: ``gw.record_before_reply`` in Lambda). Closing builds the
 decision (``ledger/decision.py``), hands it to the store's writer, adds the
 request's spend to its key's budget, and moves the per-request metrics.
 Recording never raises: a failure to record is logged, never answered.
+
+A client that leaves (``client_left``, told by the intake's ``ClientWatch``) is
+recorded as 499 ``client_closed`` whatever the block did after, with the
+attempts made so far; a stream that ended without the upstream's usage (the
+client left, the stream broke, or the upstream never sent it) is charged an
+estimate: the prompt estimate and the text relayed so far
+(``ledger.decision.stream_usage``), marked ``usage_estimated``.
 """
 
 from __future__ import annotations
@@ -24,9 +31,10 @@ from typing import Any
 
 from humpyard.errors import HumpyardError, UpstreamError
 from humpyard.gateway import Gateway
-from humpyard.ledger.decision import build_decision, token_counts
+from humpyard.ledger.decision import build_decision, stream_usage, token_counts
 from humpyard.ledger.periods import period_key
 from humpyard.metrics.translation import note_kind
+from humpyard.planning.estimate import relayed_text_bytes
 from humpyard.planning.types import Plan
 from humpyard.records import Call, Served, new_request_id
 
@@ -42,10 +50,13 @@ class Recording:
 
     ``answered(served)`` marks a buffered answer ready (its latency is taken
     then); ``watch(served)`` wraps a stream so the record learns whether it
-    broke and the upstream connection is released when it ends.
+    broke, how much text it relayed and whether it reached its end, and the
+    upstream connection is released when it ends; ``client_left(phase)`` marks
+    the request as abandoned by its client.
     """
 
-    __slots__ = ("gw", "call", "served", "stream_error", "replying", "closed")
+    __slots__ = ("gw", "call", "served", "stream_error", "replying", "closed", "gone",
+                 "relayed", "finished")
 
     def __init__(self, gw: Gateway, call: Call) -> None:
         self.gw = gw
@@ -54,6 +65,14 @@ class Recording:
         self.stream_error: str | None = None
         self.replying = False  # the answer is being sent: a failure now is the client's
         self.closed = False
+        self.gone: str | None = None  # the phase in which the client left
+        self.relayed = 0  # bytes of answer text a stream relayed (an estimate's input)
+        self.finished = False  # the relayed stream reached its end
+
+    def client_left(self, phase: str) -> None:
+        """The client went away while the request was in ``phase`` (``waiting``,
+        ``hold_back`` or ``relaying``): the record says 499 ``client_closed``."""
+        self.gone = phase
 
     def answered(self, served: Served) -> None:
         """A target answered ``served`` (buffered: its latency ends now)."""
@@ -71,7 +90,10 @@ class Recording:
         assert events is not None
         try:
             async for batch in events:
+                for ev in batch:  # what the answer said so far, should its usage not come
+                    self.relayed += relayed_text_bytes(ev.data)
                 yield batch
+            self.finished = True
         except HumpyardError as e:
             self.stream_error = e.message
             raise
@@ -88,7 +110,9 @@ class Recording:
 
     async def __aexit__(self, kind: type[BaseException] | None, e: BaseException | None,
                         tb: object) -> None:
-        if e is None or self.replying:
+        if self.gone is not None:
+            self.close(status=CLIENT_GONE.status, error=CLIENT_GONE)
+        elif e is None or self.replying:
             self.close(status=200)  # the block sent the answer: recording never delays it
         elif isinstance(e, HumpyardError):
             self.close(status=e.status, error=e)
@@ -102,10 +126,30 @@ class Recording:
         if self.closed:
             return
         self.closed = True
+        if self.gone is not None:  # however the block ended after, the client had left
+            status, error = CLIENT_GONE.status, CLIENT_GONE
         try:
-            _write(self.gw, self.call, status, self.served, error, self.stream_error)
+            usage, estimated = self._usage()
+            _write(self.gw, self.call, status, self.served, error, self.stream_error,
+                   usage, estimated)
+            if self.gone is not None:
+                self.gw.metrics.client_disconnects.inc(phase=self.gone)
         except Exception:  # recording must never break a response
             log.exception("could not record decision request_id=%s", self.call.request_id)
+
+    def _usage(self) -> tuple[dict[str, int] | None, bool]:
+        """The answer's usage, and whether it is estimated: a stream that did not
+        reach its end, or ended without usage, is charged what it relayed."""
+        served = self.served
+        if served is None:
+            return None, False
+        if served.events is None or (self.finished and served.usage):
+            return served.usage, False
+        call = self.call
+        prompt = call.plan.prompt_tokens if call.plan is not None else None
+        if prompt is None and call.facts is not None:
+            prompt = call.facts.prompt_tokens
+        return stream_usage(served.usage, prompt or 0, self.relayed), True
 
 
 def recording(gw: Gateway, call: Call) -> Recording:
@@ -116,7 +160,8 @@ def recording(gw: Gateway, call: Call) -> Recording:
     500, a cancellation (the client gone, the server stopping) as 499, and
     the exception then propagates. A block that ends normally, or fails while
     the answer is being sent (``replying``: the answer was given, the client
-    is gone), records 200 with what ``answered``/``watch`` saw.
+    is gone), records 200 with what ``answered``/``watch`` saw, unless the
+    client was seen leaving (``client_left``): then 499.
     """
     return Recording(gw, call)
 
@@ -130,7 +175,8 @@ def record_refusal(gw: Gateway, error: HumpyardError, protocol: str = "http") ->
 
 
 def _write(gw: Gateway, call: Call, status: int, served: Served | None,
-           error: HumpyardError | None, stream_error: str | None) -> None:
+           error: HumpyardError | None, stream_error: str | None,
+           usage: dict[str, int] | None = None, usage_estimated: bool = False) -> None:
     if call.plan is None and error is not None and 400 <= status < 500:
         # Refused before routing: counted always, written within the allowance.
         gw.metrics.refused.inc(reason=error.code)
@@ -138,10 +184,11 @@ def _write(gw: Gateway, call: Call, status: int, served: Served | None,
             return
     latency_ms = ((call.answered or time.perf_counter()) - call.started) * 1000
     cost = 0.0
-    if served is not None and served.usage and served.endpoint.priced:
-        cost = served.endpoint.cost_usd(*token_counts(served.usage))
+    if served is not None and usage and served.endpoint.priced:
+        cost = served.endpoint.cost_usd(*token_counts(usage))
     decision = build_decision(call, status=status, served=served, error=error,
-                              stream_error=stream_error, latency_ms=latency_ms, cost_usd=cost)
+                              stream_error=stream_error, latency_ms=latency_ms, cost_usd=cost,
+                              usage=usage, usage_estimated=usage_estimated)
     gw.writer.submit_decision(decision)
     if cost and call.key is not None and call.key.budget is not None:
         gw.add_spend(call.key.id, period_key(call.key.budget.period, call.ts), cost)
@@ -169,7 +216,8 @@ def _count(gw: Gateway, call: Call, decision: dict[str, Any], status: int,
     for a in call.attempts:
         if not a.skipped:
             m.upstream_attempts.inc(target=a.target, provider=a.provider,
-                                    outcome="ok" if a.failure_class is None
+                                    outcome="cancelled" if a.cancelled
+                                    else "ok" if a.failure_class is None
                                     else a.failure_class)
     if decision["outcome"] in ("failed", "stream_broken"):
         log.warning("request failed request_id=%s route=%s rule=%s target=%s provider=%s "

@@ -46,6 +46,7 @@ class Attempt:
     error: str | None = None
     skipped: str | None = None  # skipped_unavailable | cold | probe_in_flight
     resend: bool = False
+    cancelled: bool = False  # the client left while it was in flight (says nothing of health)
     purpose: str | None = None  # judge | efficient on Switchyard routes' inner calls
     notes: list[str] | None = None  # how the body was fitted to this endpoint, if at all
 
@@ -65,6 +66,8 @@ class Attempt:
             d["skipped"] = self.skipped
         if self.resend:
             d["resend"] = True
+        if self.cancelled:
+            d["cancelled"] = True
         if self.purpose:
             d["purpose"] = self.purpose
         if self.notes:

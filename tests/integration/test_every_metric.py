@@ -9,6 +9,7 @@ declared without a scenario (or a scenario for one that is gone) fails
 from __future__ import annotations
 
 import re
+import socket
 import threading
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from humpyard.metrics import GatewayMetrics, Metrics
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway import Running, running_gateway
 from tests.support.servers import ServerThread, closed_port_url
-from tests.support.steps import delay, ok, status
+from tests.support.steps import delay, ok, stall, status
 from tests.unit.aws.moto_support import LEDGER, STATE, Failing, moto_tables
 
 MSG = [{"role": "user", "content": "hi"}]
@@ -58,6 +59,7 @@ SCENARIOS = {
     "humpyard_dynamodb_transaction_conflicts_total":
         "test_a_dynamodb_transaction_conflict_is_counted",
     "humpyard_translation_drops_total": "test_a_translation_that_drops_fields",
+    "humpyard_client_disconnects_total": "test_a_client_that_leaves_is_counted",
 }
 
 
@@ -351,3 +353,23 @@ endpoints = [{ provider = "p", model = "m" }]
         'humpyard_translation_drops_total{protocol="anthropic",what="ignored_field"}': 1,
         'humpyard_translation_drops_total{protocol="responses",what="hosted_tool"}': 1,
     }
+
+
+def test_a_client_that_leaves_is_counted() -> None:
+    with FakeUpstream() as up, running_gateway(providers(p=up.url) + """
+[targets.t]
+endpoints = [{ provider = "p", model = "m" }]
+""") as gw:
+        up.script(stall())
+        body = b'{"model":"t","messages":[{"role":"user","content":"hi"}]}'
+        host, port = gw.url.split("//")[1].split(":")
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"
+                         b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                         % (len(body), body))
+            assert up.wait_for_requests(1)
+        gw.recorded(1)  # the client left while the upstream stalled
+        m = scrape(gw)
+    assert m['humpyard_client_disconnects_total{phase="waiting"}'] == 1
+    assert m['humpyard_requests_total{route="t",target="-",status="499"}'] == 1
+    assert m['humpyard_upstream_attempts_total{target="t",provider="p",outcome="cancelled"}'] == 1

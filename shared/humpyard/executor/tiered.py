@@ -42,12 +42,14 @@ async def _as_events(completion: dict[str, Any]) -> AsyncIterator[list[SSEEvent]
 
 async def run_tiered(router: Any, executor: Executor, plan: Plan, config: Config,
                      body: dict[str, Any], headers: Mapping[str, str], session_id: str | None,
-                     *, stream: bool, wanted_usage: bool, native: Native | None = None) -> Served:
+                     *, stream: bool, wanted_usage: bool, native: Native | None = None,
+                     attempts: list[Attempt] | None = None) -> Served:
     """Let Switchyard pick the tier, then serve: its answer, or the selected targets.
 
     The tiers' own calls (judges, the efficient try) send the chat body; only
-    the final walk over the selected targets may send ``native``."""
-    attempts: list[Attempt] = []
+    the final walk over the selected targets may send ``native``. Every attempt
+    is appended to ``attempts`` (when given) as it is made, however this ends."""
+    attempts = [] if attempts is None else attempts
     answered: list[Served] = []
 
     async def call_target(targets: tuple[str, ...], call_body: dict, *, purpose: str) -> dict:
@@ -55,12 +57,11 @@ async def run_tiered(router: Any, executor: Executor, plan: Plan, config: Config
         call_body = {**call_body, "model": call_body.get("model") or targets[0]}
         call_body.pop("stream", None)
         call_body.pop("stream_options", None)
+        made: list[Attempt] = []
         try:
-            served = await executor.run(sub, config, call_body, stream=False)
-        except Exception as e:
-            attempts.extend(_tagged(getattr(e, "attempts", []), purpose))
-            raise
-        attempts.extend(_tagged(served.attempts, purpose))
+            served = await executor.run(sub, config, call_body, stream=False, attempts=made)
+        finally:  # answered, failed or cancelled: the attempts are the request's
+            attempts.extend(_tagged(made, purpose))
         answered.append(served)
         assert served.body is not None
         return served.body
@@ -73,14 +74,10 @@ async def run_tiered(router: Any, executor: Executor, plan: Plan, config: Config
             served.events = _as_events(outcome.response)
             served.body = None
         return served
-    try:
-        final = await executor.run(_subplan(plan, outcome.selected), config, body,
-                                   stream=stream, wanted_usage=wanted_usage, native=native)
-    except Exception as e:
-        e.attempts = attempts + list(getattr(e, "attempts", []))  # type: ignore[attr-defined]
-        raise
-    final.attempts = attempts + final.attempts
-    return final
+    final = await executor.run(_subplan(plan, outcome.selected), config, body,
+                               stream=stream, wanted_usage=wanted_usage, native=native,
+                               attempts=attempts)
+    return final  # its attempts (and a failure's) are ``attempts``, the tiers' first
 
 
 def _tagged(items: list[Attempt], purpose: str) -> list[Attempt]:

@@ -12,7 +12,10 @@ Order of work for one request::
     when the last failure never reached the wire, re-dial it on the ladder
     within the provider's connect_retry_window_secs (see ``Executor._resend``)
 
-A failure of class ``request`` (400, 422, …) stops everything at once.
+A failure of class ``request`` (400, 422, …) stops everything at once. So does a
+cancellation (the client left: ``http/reply.ClientWatch``): the attempt in flight
+is marked ``cancelled``, its connection closed and its slot freed, the endpoint's
+breaker is not told, and no further attempt starts.
 
 How an attempt is spoken (the body sent, the answer read, the stream held
 back, the error classified) is the provider's upstream protocol's
@@ -90,15 +93,17 @@ class Executor:
 
     async def run(self, plan: Plan, config: Config, body: dict[str, Any], *,
                   stream: bool, wanted_usage: bool = True,
-                  native: Native | None = None) -> Served:
+                  native: Native | None = None,
+                  attempts: list[Attempt] | None = None) -> Served:
         """Serve ``body`` from the plan's targets; raise ``UpstreamError`` if none answer.
 
         ``body`` is the OpenAI chat request; its ``model`` is replaced per
         endpoint. ``native`` is the client's own request, sent instead to an
         upstream that speaks the client's protocol. The raised error carries
-        ``attempts`` for the ledger.
+        ``attempts`` for the ledger; ``attempts``, when given, is the list they
+        are appended to as they are made (so a cancelled walk leaves them too).
         """
-        attempts: list[Attempt] = []
+        attempts = [] if attempts is None else attempts
         last: Failure | None = None
         last_ep: tuple[PlannedTarget, EndpointSpec] | None = None
         prev: PlannedTarget | None = None
@@ -182,6 +187,13 @@ class Executor:
                 else:
                     raw = await resp.read(ERROR_BODY_LIMIT)
                     failure, cls = self._http_failure(resp, raw, ep, proto)
+        except asyncio.CancelledError:
+            # The request was cancelled (its client left): the attempt is recorded as
+            # cancelled, never as a failure (it says nothing about the endpoint), and
+            # the walk ends here; ``finally`` closes the connection, freeing its slot.
+            att.cancelled = True
+            att.latency_ms = (self.clock.monotonic() - started) * 1000
+            raise
         except TimeoutError:  # the whole call's bound (timeout_secs), however it was spent
             failure, cls = self._transport_failure(
                 ReadTimeout(f"timeout after {provider.timeout_secs:g}s {_addr(provider)}"), ep)

@@ -11,13 +11,17 @@ error shape). ``take`` does the rest, the same for every protocol:
 1. open the request's record (``recording``) — every request leaves exactly
    one decision, however it ends;
 2. read the headers, authenticate, read the body within ``max_body_bytes``;
-3. decode it with the protocol, then ``flow.serve`` plans and executes it;
+3. decode it with the protocol, then ``flow.serve`` plans and executes it,
+   while a ``ClientWatch`` (``http/reply.py``) listens for the client leaving:
+   if it does — waiting for the answer, in a stream's hold-back or while the
+   stream is relayed — the work is cancelled at once and recorded as 499;
 4. send the answer (or the stream) encoded by the protocol, with the
    ``x-humpyard-*`` headers; an error is answered in the protocol's shape.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -31,7 +35,7 @@ from humpyard.flow import serve
 from humpyard.gateway import Gateway
 from humpyard.http.body import header_dict, receive_json
 from humpyard.http.errors import error_reply, internal_reply
-from humpyard.http.reply import Reply, send_reply, send_stream
+from humpyard.http.reply import ClientWatch, Reply, send_reply, send_stream
 from humpyard.keys import authenticate
 from humpyard.protocols.openai import validate_chat
 from humpyard.protocols.sse import SSEEvent
@@ -91,6 +95,7 @@ async def take(gw: Gateway, protocol: ClientProtocol, scope: Scope, receive: Rec
     rid = (state.get("humpyard_request_id") if state else None) or new_request_id()
     call = Call(request_id=rid, config=gw.config, key=None, headers={}, body={},
                 protocol=protocol.name, ts=gw.clock.now())
+    watch: ClientWatch | None = None
     try:
         async with recording(gw, call) as rec:
             call.headers = header_dict(scope["headers"])
@@ -102,23 +107,33 @@ async def take(gw: Gateway, protocol: ClientProtocol, scope: Scope, receive: Rec
             call.original = body  # for an upstream that speaks the client's protocol
             chat_body, call.notes, context = protocol.decode(body, call.config)
             call.body = validate_chat(chat_body)
-            served = await serve(gw, call)
-            headers = route_headers(call, served)
-            if served.events is not None:
-                events = rec.watch(served)
-                rec.replying = True
-                try:
-                    return await send_stream(send, receive, headers,
-                                             protocol.stream(call, context, events),
-                                             call.config.stream_heartbeat_secs)
-                finally:  # however the stream ended: the upstream released, the record told
-                    await events.aclose()
+            # From here the client may leave at any time: the watch cancels the work.
+            watch = ClientWatch(receive, "hold_back" if call.body.get("stream") else "waiting",
+                                rec.client_left)
+            try:
+                served = await serve(gw, call)
+                headers = route_headers(call, served)
+                if served.events is not None:
+                    events = rec.watch(served)
+                    rec.replying = True
+                    try:
+                        return await send_stream(send, watch, headers,
+                                                 protocol.stream(call, context, events),
+                                                 call.config.stream_heartbeat_secs)
+                    finally:  # however the stream ended: the upstream released, the record told
+                        await events.aclose()
+            finally:
+                watch.stop()  # before any answer goes out (its end reads as a disconnect)
             rec.answered(served)
             reply = protocol.answer(call, context, served, headers)
             if gw.record_before_reply:  # the instance may freeze once the answer is out
                 rec.close(status=200)
             rec.replying = True
             await send_reply(send, reply)
+    except asyncio.CancelledError:
+        if watch is not None and watch.ours():
+            return  # the client left: recorded (499), nobody to answer
+        raise
     except HumpyardError as e:
         if rec.replying:
             raise

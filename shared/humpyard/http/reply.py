@@ -1,18 +1,23 @@
 """Answers on the two client paths, sent as ASGI messages without Starlette's
 ``Response`` objects (they are most of a request's framework cost:
-docs/decisions/0003-performance.md).
+docs/decisions/0003-performance.md), and ``ClientWatch``, which notices a
+client that goes away.
 
-A stream stops as soon as the client goes away: a listener waits for
-``http.disconnect`` and cancels the sending task, so the upstream stream is
-closed (and the decision recorded) instead of read to its end for nobody.
+A request is watched from the moment its body is read until its answer is out:
+one ``receive()`` is left pending beside the work (after the body an ASGI server
+answers it only with ``http.disconnect``), and when the client leaves — while
+the upstream is still thinking, during a stream's hold-back, or while a stream
+is relayed — the request's task is cancelled at once, so the upstream call is
+closed, its concurrency slot freed and nothing more is attempted
+(docs/operations.md, "Clients that leave").
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
-from typing import NamedTuple
+from collections.abc import AsyncIterator, Callable
+from typing import Any, NamedTuple
 
 from starlette.types import Receive, Send
 
@@ -42,27 +47,104 @@ async def send_reply(send: Send, reply: Reply) -> None:
     await send({"type": "http.response.body", "body": reply.body})
 
 
-async def _until_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
+WATCH_AFTER_SECS = 0.05
+"""How long a request runs before its client is watched: an answer out sooner
+(a cache hit, a benchmark's local upstream) never pays for the listening task;
+a client leaving sooner is noticed at this point. docs/decisions/0012."""
+
+
+class ClientWatch:
+    """Watches one request's client from after its body until its answer is out.
+
+    ``phase`` names what the request is doing (``waiting``: for a buffered
+    answer; ``hold_back``: for a stream's first content; ``relaying``: the
+    stream is being sent); the gateway's code moves it on. When
+    ``http.disconnect`` arrives while a phase is set, ``left`` becomes that
+    phase, ``on_left(phase)`` is called and the request's task is cancelled;
+    the caller then tells that cancellation from any other with ``ours()``.
+    ``stop()`` ends the watch, before the answer is sent (the server answers
+    the pending ``receive()`` with ``http.disconnect`` once the response is
+    complete too, which is not the client leaving).
+
+    The listening starts ``after`` seconds (``WATCH_AFTER_SECS``): until then
+    the watch is one timer, and a request answered sooner costs no more. Then
+    it is one task (the pending ``receive()``) with no wake-up until the client
+    leaves or the watch stops. Any message other than ``http.disconnect``
+    (none is due once the body is read) ends the watch rather than being
+    waited past.
+    """
+
+    __slots__ = ("task", "phase", "left", "_on_left", "_receive", "_listener", "_timer")
+
+    def __init__(self, receive: Receive, phase: str,
+                 on_left: Callable[[str], None] | None = None,
+                 after: float = WATCH_AFTER_SECS) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.task = task
+        self.phase: str | None = phase
+        self.left: str | None = None
+        self._on_left = on_left
+        self._receive = receive
+        self._listener: asyncio.Future[Any] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        if after > 0:
+            self._timer = asyncio.get_running_loop().call_later(after, self._listen)
+        else:
+            self._listen()
+
+    def _listen(self) -> None:
+        self._timer = None
+        if self.phase is not None:
+            self._listener = asyncio.ensure_future(self._receive())
+            self._listener.add_done_callback(self._heard)
+
+    def _heard(self, listener: asyncio.Future[Any]) -> None:
+        phase = self.phase
+        if phase is None or listener.cancelled() or listener.exception() is not None:
+            return
+        self.phase = None
+        if listener.result().get("type") != "http.disconnect":
+            return
+        self.left = phase
+        if self._on_left is not None:
+            self._on_left(phase)
+        self.task.cancel()
+
+    def stop(self) -> None:
+        """Stop watching (idempotent): the answer is about to go out, or is out."""
+        self.phase = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._listener is not None:
+            self._listener.cancel()
+            self._listener = None
+
+    def ours(self) -> bool:
+        """Whether the cancellation being handled is the watch's alone (the client
+        left and nothing else cancelled the task); if so it is withdrawn."""
+        if self.left is None:
+            return False
+        return self.task.uncancel() == 0
 
 
 HEARTBEAT = b": keep-alive\n\n"
 
 
-async def send_stream(send: Send, receive: Receive, headers: dict[str, str],
+async def send_stream(send: Send, watch: ClientWatch | None, headers: dict[str, str],
                       chunks: AsyncIterator[bytes], heartbeat_secs: float = 0) -> None:
     """A 200 event stream, one body message per chunk; ``chunks`` is closed at the end
     whether it ran out, failed or the client left.
+
+    ``watch`` (if any) is moved to ``relaying`` and stopped once the last message
+    is sent: a client leaving mid-stream cancels this task (the caller records it).
 
     With ``heartbeat_secs``, every silence that long between chunks is filled with an
     SSE comment (``HEARTBEAT``, which every SSE client skips), so an idle timeout on
     the way (API Gateway's, a proxy's) never cuts a stream whose model is thinking.
     The timer is re-armed per chunk; a beat is never sent while a chunk is."""
-    task = asyncio.current_task()
-    assert task is not None
     loop = asyncio.get_running_loop()
-    sending = True
     beat: asyncio.Future[None] | None = None
     timer: asyncio.TimerHandle | None = None
 
@@ -72,12 +154,8 @@ async def send_stream(send: Send, receive: Receive, headers: dict[str, str],
             send({"type": "http.response.body", "body": HEARTBEAT, "more_body": True}))
         timer = loop.call_later(heartbeat_secs, pulse)
 
-    def client_left(listener: asyncio.Future[None]) -> None:
-        if sending and not listener.cancelled() and listener.exception() is None:
-            task.cancel()
-
-    listener = asyncio.ensure_future(_until_disconnect(receive))
-    listener.add_done_callback(client_left)
+    if watch is not None and watch.phase is not None:
+        watch.phase = "relaying"
     raw = _raw(headers)
     raw.append((b"content-type", SSE_TYPE))
     raw.extend(SSE_HEADERS)
@@ -99,13 +177,9 @@ async def send_stream(send: Send, receive: Receive, headers: dict[str, str],
             if beat is not None:
                 await beat
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-    except asyncio.CancelledError:
-        if not (listener.done() and not listener.cancelled()):
-            raise  # cancelled from outside, not by the client leaving
-        task.uncancel()
+        if watch is not None:
+            watch.stop()  # the response is complete: a disconnect now is not the client's
     finally:
-        sending = False
-        listener.cancel()
         if timer is not None:
             timer.cancel()
         aclose = getattr(chunks, "aclose", None)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from humpyard.errors import HumpyardError, PlanRefused, UpstreamError
+from humpyard.planning.estimate import output_tokens_for
 from humpyard.protocols.openai import MAX_MODEL_CHARS
 from humpyard.records import Call, Served
 from humpyard.sessions import session_id
@@ -44,6 +45,25 @@ def token_counts(usage: Mapping[str, Any]) -> Tokens:
                   or _count(details.get("cached_tokens")),
                   _count(usage.get("cache_creation_input_tokens"))
                   or _count(details.get("cache_write_tokens")))
+
+
+def stream_usage(usage: Mapping[str, Any], prompt_estimate: int,
+                 relayed_bytes: int) -> dict[str, int]:
+    """The usage charged for a stream that ended without its final usage (the client
+    left, the stream broke, the upstream never sent it): the upstream's own counts
+    where it gave them (an Anthropic stream states its prompt first), else the
+    prompt estimate, and at least the relayed text's tokens as output
+    (``planning.estimate.output_tokens_for``)."""
+    got = token_counts(usage)
+    out: dict[str, int] = {
+        "prompt_tokens": got.input or max(0, prompt_estimate),
+        "completion_tokens": max(got.output, output_tokens_for(relayed_bytes)),
+    }
+    if got.cache_read:
+        out["cache_read_input_tokens"] = got.cache_read
+    if got.cache_write:
+        out["cache_creation_input_tokens"] = got.cache_write
+    return out
 
 
 def _notes(call: Call, served: Served | None) -> list[str]:
@@ -94,13 +114,17 @@ def _asked_model(body: dict[str, Any]) -> str | None:
 
 def build_decision(call: Call, *, status: int, served: Served | None,
                    error: HumpyardError | None, stream_error: str | None,
-                   latency_ms: float, cost_usd: float) -> dict[str, Any]:
+                   latency_ms: float, cost_usd: float,
+                   usage: Mapping[str, Any] | None = None,
+                   usage_estimated: bool = False) -> dict[str, Any]:
     """The ledger's record of ``call``.
 
     ``route`` is a configured route or None (an unknown model is in ``model``
     only), so stats and metrics group by configuration names alone. A request
     refused before planning (a body that did not decode) has no facts: its
-    session id comes from the headers and its stream flag from the body as sent."""
+    session id comes from the headers and its stream flag from the body as sent.
+    ``usage`` is what the answer is charged for (``served.usage`` when not given);
+    ``usage_estimated`` says it is the gateway's estimate, not the upstream's count."""
     plan = call.plan
     route = plan.route if plan and plan.route in call.config.routes else None
     facts = call.facts
@@ -109,7 +133,9 @@ def build_decision(call: Call, *, status: int, served: Served | None,
     def names(step: str) -> list[dict[str, Any]]:
         return [{"target": r.target, "reason": r.reason} for r in removals if r.step == step]
 
-    tokens = token_counts(served.usage) if served and served.usage else None
+    if usage is None and served is not None:
+        usage = served.usage
+    tokens = token_counts(usage) if usage else None
     d: dict[str, Any] = {
         "request_id": call.request_id,
         "ts": call.ts,
@@ -145,6 +171,7 @@ def build_decision(call: Call, *, status: int, served: Served | None,
         "usage": {"input_tokens": tokens.input, "output_tokens": tokens.output,
                   "cache_read_tokens": tokens.cache_read,
                   "cache_write_tokens": tokens.cache_write} if tokens else None,
+        "usage_estimated": usage_estimated,
         "cost_usd": round(cost_usd, 8),
         "latency_ms": round(latency_ms, 2),
         "notes": _notes(call, served),

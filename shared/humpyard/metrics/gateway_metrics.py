@@ -76,6 +76,10 @@ class GatewayMetrics:
       counter: translation notes (what a client protocol's translation could not
       carry as sent); protocol is the client's (``openai``, ``anthropic``,
       ``responses``), what one of ``metrics.translation.KINDS``.
+    - ``client_disconnects`` → ``humpyard_client_disconnects_total{phase}`` counter:
+      clients that left before their answer was complete (recorded as 499), by what
+      the request was doing: ``waiting`` (a buffered answer), ``hold_back`` (a
+      stream before its first content) or ``relaying`` (a stream being sent).
 
     Declaring the set twice over one registry returns the same metric objects.
     """
@@ -164,6 +168,10 @@ class GatewayMetrics:
             "humpyard_translation_drops_total", "Fields a client protocol's translation "
             "could not carry as sent (each is a note in the request's decision), by what.",
             ("protocol", "what"))
+        self.client_disconnects: Counter = m.counter(
+            "humpyard_client_disconnects_total", "Clients that left before their answer "
+            "was complete (recorded as 499), by phase (waiting, hold_back, relaying).",
+            ("phase",))
 
     def names(self) -> frozenset[str]:
         """The metric names this set declares."""
@@ -176,4 +184,4 @@ class GatewayMetrics:
             self.ledger_queue_depth, self.ledger_lag, self.ledger_batch_size,
             self.ledger_write_seconds, self.ledger_lost, self.transaction_conflicts,
             self.upstream_in_flight, self.upstream_waiting, self.upstream_slot_timeouts,
-            self.refused, self.translation_drops))
+            self.refused, self.translation_drops, self.client_disconnects))

@@ -19,6 +19,7 @@ raise on an odd body: parts they do not understand are sized as JSON.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,3 +156,31 @@ def request_traits(body: dict) -> tuple[bool, bool]:
                     isinstance(p, dict) and p.get("type") in _IMAGE_PARTS for p in content):
                 return tools, True
     return tools, False
+
+
+_ANSWER_TEXT = re.compile(
+    r'"(?:content|reasoning_content|reasoning|refusal|arguments|text|partial_json|thinking)"'
+    r'\s*:\s*"([^"\\]*(?:\\.[^"\\]*)*)"')  # unrolled: linear even unterminated
+"""A string field of a stream event that carries answer text: a chat chunk's
+``content``, reasoning and tool-call ``arguments``; an Anthropic event's
+``text``, ``partial_json`` and ``thinking`` deltas."""
+
+
+def relayed_text_bytes(data: str) -> int:
+    """About how many bytes of answer text one stream event (its JSON ``data``)
+    carries, counted as escaped in the JSON (a little high for escapes: the
+    estimate it feeds errs high on purpose). Never parses: one regular
+    expression scan, cheap enough for every relayed event."""
+    if '":' not in data:
+        return 0
+    n = 0
+    for m in _ANSWER_TEXT.finditer(data):
+        text = m.group(1)
+        n += len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    return n
+
+
+def output_tokens_for(text_bytes: int) -> int:
+    """The conservative (high) token estimate for ``text_bytes`` of answer text,
+    at least 1 when there is any."""
+    return -(-max(0, text_bytes) // BYTES_PER_TOKEN_HIGH)

@@ -82,12 +82,13 @@ def _str(value: Any) -> str | None:
 
 def _attempts(raw: Any) -> tuple[AttemptRow, ...] | None:
     """Attempted calls from an ``attempts`` list; an attempt failed unless it got a
-    status below 400 and no ``failure_class``."""
+    status below 400 and no ``failure_class``. Calls cancelled because the client
+    left are left out, as skipped ones are: they say nothing about the target."""
     if not isinstance(raw, list):
         return None
     rows = []
     for a in raw:
-        if not isinstance(a, Mapping) or a.get("skipped"):
+        if not isinstance(a, Mapping) or a.get("skipped") or a.get("cancelled"):
             continue
         status = _int(a.get("status"))
         failed = a.get("failure_class") is not None or status is None or status >= 400
