@@ -76,6 +76,11 @@ class GatewayMetrics:
       counter: translation notes (what a client protocol's translation could not
       carry as sent); protocol is the client's (``openai``, ``anthropic``,
       ``responses``), what one of ``metrics.translation.KINDS``.
+    - ``connections_refused`` → ``humpyard_connections_refused_total{reason}`` counter:
+      client connections ``humpyard serve`` refused or closed before a request head was
+      read; reason ``max_connections`` (a 503 at the ``[server]`` cap),
+      ``header_timeout`` (no complete request head within ``header_timeout_secs``) or
+      ``headers_too_large`` (a 431 past ``max_header_bytes``, counted while reading).
 
     Declaring the set twice over one registry returns the same metric objects.
     """
@@ -164,6 +169,10 @@ class GatewayMetrics:
             "humpyard_translation_drops_total", "Fields a client protocol's translation "
             "could not carry as sent (each is a note in the request's decision), by what.",
             ("protocol", "what"))
+        self.connections_refused: Counter = m.counter(
+            "humpyard_connections_refused_total", "Client connections refused or closed "
+            "before a request head was read (max_connections, header_timeout, "
+            "headers_too_large).", ("reason",))
 
     def names(self) -> frozenset[str]:
         """The metric names this set declares."""
@@ -176,4 +185,4 @@ class GatewayMetrics:
             self.ledger_queue_depth, self.ledger_lag, self.ledger_batch_size,
             self.ledger_write_seconds, self.ledger_lost, self.transaction_conflicts,
             self.upstream_in_flight, self.upstream_waiting, self.upstream_slot_timeouts,
-            self.refused, self.translation_drops))
+            self.refused, self.translation_drops, self.connections_refused))
