@@ -125,6 +125,7 @@ def test_gateway_metrics_names_labels_and_kinds() -> None:
         "refused": ("humpyard_refused_total", Counter, ("reason",)),
         "translation_drops": ("humpyard_translation_drops_total", Counter,
                               ("protocol", "what")),
+        "connections_refused": ("humpyard_connections_refused_total", Counter, ("reason",)),
     }
     for attr, (name, kind, labels) in expected.items():
         metric = getattr(gm, attr)
