@@ -385,7 +385,8 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     server = notifying_server(uvicorn.Config(
         app, host=host, port=port, access_log=False, log_config=None,
         timeout_keep_alive=int(cfg.server.keepalive_timeout_secs) or 1,
-        proxy_headers=False, server_header=False, http=protocol_class(guard)),
+        proxy_headers=False, server_header=False, http=protocol_class(guard),
+        ws="none"),  # no WebSocket routes: an upgrade must not leave the guarded protocol
         on_ready, signals=False)
     tasks = [asyncio.create_task(flush_periodically(h)) for h in logging.getLogger().handlers
              if isinstance(h, BufferedStderr)]

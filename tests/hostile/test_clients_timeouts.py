@@ -58,24 +58,31 @@ def test_idle_connections_and_slowloris_are_closed_after_the_header_timeout(
         s.close()
 
 
-def test_the_timeouts_are_counted_in_a_metric(tmp_path: Path) -> None:
-    with serving(tmp_path, "header_timeout_secs = 0.5") as (gw, _):
-        s = connect(gw.port)
-        assert wait_until(lambda: closed_by_peer(s), 3.0)
-        s.close()
-        series = scrape(gw.url, "humpyard_connections_refused_total")
-    assert series.get('{reason="header_timeout"}', 0) >= 1, series
+def test_configured_limits_apply_and_are_counted(tmp_path: Path) -> None:
+    """``[server]`` values other than the defaults: a 0.5 s header timeout (counted in
+    the metric), a 1 s keep-alive timeout, a 4 KiB head."""
+    server = "header_timeout_secs = 0.5\nkeepalive_timeout_secs = 1\nmax_header_bytes = 4096"
+    with serving(tmp_path, server) as (gw, _):
+        idle = connect(gw.port)
+        assert wait_until(lambda: closed_by_peer(idle), 3.0)
+        idle.close()
 
+        big = connect(gw.port)
+        big.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Filler: " + b"a" * 8000)
+        too_large = read_answer(big)
+        big.close()
 
-def test_an_idle_keep_alive_connection_is_closed_after_the_keepalive_timeout(
-        tmp_path: Path) -> None:
-    with serving(tmp_path, "keepalive_timeout_secs = 1") as (gw, _):
         s = connect(gw.port)
         s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
         s.settimeout(5)
         first = s.recv(65536)
-        assert first.startswith(b"HTTP/1.1 200 ")
         answered = time.monotonic()
         assert wait_until(lambda: closed_by_peer(s), 4.0), "the idle connection stayed open"
-        assert 0.8 < time.monotonic() - answered < 3.0
+        idle_for = time.monotonic() - answered
         s.close()
+        series = scrape(gw.url, "humpyard_connections_refused_total")
+    assert too_large.startswith(b"HTTP/1.1 431 ") and b"4096" in too_large, too_large[:200]
+    assert first.startswith(b"HTTP/1.1 200 ")
+    assert 0.8 < idle_for < 3.0
+    assert series.get('{reason="header_timeout"}', 0) >= 1, series
+    assert series.get('{reason="headers_too_large"}') == 1, series
