@@ -406,6 +406,9 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if getattr(server, "force_exit", False):
+            await _finish_forced(server)
+        gw.writer.close()  # written out already, unless the lifespan failed: a no-op
         if own_signals:
             log.info("humpyard stopped")
             _drain_logs()
@@ -425,6 +428,20 @@ def _own_stop_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event,
             loop.add_signal_handler(sig, on_signal)
         except (NotImplementedError, AttributeError, RuntimeError):  # not the main thread
             pass
+
+
+async def _finish_forced(server: Any) -> None:
+    """After a forced stop (a second signal), which leaves the requests still open
+    running and skips the lifespan's shutdown: cancel them, then shut the app down
+    (the gateway closes its ledger writer, upstream client and store)."""
+    tasks = list(server.server_state.tasks)
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    lifespan = getattr(server, "lifespan", None)
+    done = getattr(lifespan, "shutdown_event", None)
+    if done is not None and not done.is_set():
+        await lifespan.shutdown()  # type: ignore[union-attr]
 
 
 def _drain_logs() -> None:

@@ -22,6 +22,7 @@ import httpx
 from tests.durability.process import ROOT, ServeProcess
 from tests.hostile.clients_support import MODEL, write_config
 from tests.support.fake_upstream import FakeUpstream
+from tests.support.steps import delay
 
 CYCLES = 6
 
@@ -82,3 +83,41 @@ def test_a_signal_while_starting_still_exits_0(tmp_path: Path) -> None:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_a_second_signal_stops_without_waiting_for_open_requests(tmp_path: Path) -> None:
+    """The first SIGTERM waits for a request still running; a second one does not,
+    and the exit is still 0 with the log written."""
+    import threading
+
+    with FakeUpstream() as up:
+        up.script(delay(30))
+        cfg = write_config(tmp_path, up.url)
+        server = ServeProcess(cfg, tmp_path / "serve.log").start()
+        assert server.proc is not None
+        errors: list[BaseException] = []
+
+        def slow() -> None:
+            try:
+                httpx.post(server.url + "/v1/chat/completions", timeout=20, json={
+                    "model": MODEL, "messages": [{"role": "user", "content": "slow"}]})
+            except httpx.HTTPError as e:
+                errors.append(e)
+
+        t = threading.Thread(target=slow, daemon=True)
+        t.start()
+        try:
+            assert up.wait_for_requests(1, 10)
+            server.proc.send_signal(signal.SIGTERM)
+            try:
+                server.proc.wait(1.0)
+                raise AssertionError("the first signal did not wait for the open request")
+            except subprocess.TimeoutExpired:
+                pass
+            server.proc.send_signal(signal.SIGTERM)
+            code = server.proc.wait(10)
+        finally:
+            server.kill()
+        t.join(20)
+    assert code == 0
+    assert server.output().rstrip().endswith("humpyard stopped")
