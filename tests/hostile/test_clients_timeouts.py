@@ -59,10 +59,20 @@ def test_idle_connections_and_slowloris_are_closed_after_the_header_timeout(
 
 
 def test_configured_limits_apply_and_are_counted(tmp_path: Path) -> None:
-    """``[server]`` values other than the defaults: a 0.5 s header timeout (counted in
-    the metric), a 1 s keep-alive timeout, a 4 KiB head."""
-    server = "header_timeout_secs = 0.5\nkeepalive_timeout_secs = 1\nmax_header_bytes = 4096"
+    """``[server]`` values other than the defaults: at most 3 connections, a 0.5 s
+    header timeout (counted in the metric), a 1 s keep-alive timeout, a 4 KiB head."""
+    server = ("header_timeout_secs = 0.5\nkeepalive_timeout_secs = 1\nmax_header_bytes = 4096\n"
+              "max_connections = 3")
     with serving(tmp_path, server) as (gw, _):
+        held = [connect(gw.port) for _ in range(3)]
+        extra = connect(gw.port)
+        extra.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        over_cap = read_answer(extra)
+        extra.close()
+        assert wait_until(lambda: all(closed_by_peer(s) for s in held), 3.0)
+        for s in held:
+            s.close()
+
         idle = connect(gw.port)
         assert wait_until(lambda: closed_by_peer(idle), 3.0)
         idle.close()
@@ -81,8 +91,10 @@ def test_configured_limits_apply_and_are_counted(tmp_path: Path) -> None:
         idle_for = time.monotonic() - answered
         s.close()
         series = scrape(gw.url, "humpyard_connections_refused_total")
+    assert over_cap.startswith(b"HTTP/1.1 503 ") and b"connection: close" in over_cap
     assert too_large.startswith(b"HTTP/1.1 431 ") and b"4096" in too_large, too_large[:200]
     assert first.startswith(b"HTTP/1.1 200 ")
     assert 0.8 < idle_for < 3.0
-    assert series.get('{reason="header_timeout"}', 0) >= 1, series
+    assert series.get('{reason="header_timeout"}', 0) >= 3, series
+    assert series.get('{reason="max_connections"}', 0) >= 1, series
     assert series.get('{reason="headers_too_large"}') == 1, series
