@@ -210,7 +210,9 @@ def _guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self.timeout_keep_alive = guard.settings().keepalive_timeout_secs
+            spec = guard.settings()
+            self.timeout_keep_alive = spec.keepalive_timeout_secs
+            self.max_head = spec.max_header_bytes
             self.head_since: float | None = None
             self.head_bytes = 0
             self.refused = False
@@ -248,11 +250,26 @@ def _guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
         def data_received(self, data: bytes) -> None:
             if self.refused:
                 return  # answered already: what follows is dropped
+            n = len(data)
+            if self.head_bytes + n > self.max_head and self._at_head():
+                # A read that may hold a whole oversized head (reads are up to
+                # 256 KiB): measure the head up to its end before parsing any of it.
+                end = data.find(b"\r\n\r\n")
+                size = (self.head_bytes if self.head_since is not None else 0) + (
+                    end + 4 if end >= 0 else n)
+                if size > self.max_head:
+                    self._head_too_large()
+                    return
             super().data_received(data)
             if self.head_since is not None and not self.transport.is_closing():
-                self.head_bytes += len(data)
-                if self.head_bytes > guard.settings().max_header_bytes:
+                self.head_bytes += n
+                if self.head_bytes > self.max_head:
                     self._head_too_large()
+
+        def _at_head(self) -> bool:
+            """Whether what arrives now is (part of) a request head, not a body."""
+            cycle = self.cycle
+            return self.head_since is not None or cycle is None or cycle.response_complete
 
         def on_message_begin(self) -> None:
             if self.head_since is None:
@@ -262,11 +279,12 @@ def _guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
 
         def on_headers_complete(self) -> None:
             self.head_since = None
+            self.head_bytes = 0
             super().on_headers_complete()
 
         def _head_too_large(self) -> None:
             guard.count("headers_too_large")
-            limit = guard.settings().max_header_bytes
+            limit = self.max_head
             self._stop_reading(_refusal(
                 b"431 Request Header Fields Too Large", "headers_too_large",
                 f"request head: more than {limit} bytes (the line and headers together)"))
