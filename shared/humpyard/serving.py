@@ -13,6 +13,14 @@ answer; each ``send`` is a measurable share of the gateway's own time
 keeps a response head back until the next write, which it joins to it, or until
 the end of the current event-loop turn (a stream's head goes out before its first
 event has arrived, as before). Everything else passes straight through.
+
+``ConnectionGuard`` bounds the client connections before the app sees a request
+(``[server]``; docs/security.md, "Client connections";
+docs/decisions/0011-client-connections.md): at most ``max_connections`` open (a
+503 beyond), a request head complete within ``header_timeout_secs`` and at most
+``max_header_bytes`` long (a 431, counted while reading), idle keep-alive
+connections closed after ``keepalive_timeout_secs``. ``serve`` owns SIGINT and
+SIGTERM unless its caller does: a stop drains the log and exits 0.
 """
 
 from __future__ import annotations
