@@ -34,7 +34,10 @@ def _setup_logging(level: str = "INFO", *, buffered: bool = False,
             handler.setFormatter(JsonLineFormatter())
         logging.basicConfig(level=level, handlers=[handler])
     else:
-        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+        from humpyard.logsink import FORMAT, EscapingFormatter
+        handler = logging.StreamHandler()
+        handler.setFormatter(EscapingFormatter(FORMAT))
+        logging.basicConfig(level=level, handlers=[handler])
     # httpx logs every upstream call at INFO; the gateway logs its own line per request.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     # httpcore's DEBUG trace prints upstream response headers verbatim, and an
@@ -80,7 +83,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import signal
+
     from humpyard.serving import run_loop, serve
+    # Until ``serve`` takes SIGINT and SIGTERM over, either one ends the process as
+    # Ctrl-C does (exit 0, the log drained at exit) rather than by the signal.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         run_loop(serve(args.config, args.host, args.port))
     except ConfigError as e:

@@ -9,6 +9,14 @@ in a 64 KiB buffer that is written when it fills, at once for a WARNING or
 worse, and by ``flush_periodically`` (every ``FLUSH_SECS``) and at exit, so an
 INFO line reaches the log within a quarter of a second. ``LineFormatter``
 formats the time once per second.
+
+Every log line is one record: ``EscapingFormatter`` (and ``LineFormatter``, built
+on it) writes the control characters of a record's message (CR, LF and the rest
+of C0, DEL, C1, and the Unicode line and paragraph separators) as escapes
+(``\\n``, ``\\x1b``, ``\\u2028``), so a value that reaches a log line (an upstream's
+error message, a client's model name) cannot start a line of its own. A
+traceback keeps its lines, each indented, with its other control characters
+escaped: a line that begins in the first column is always a record's first.
 """
 
 from __future__ import annotations
@@ -17,15 +25,56 @@ import asyncio
 import io
 import json
 import logging
+import re
 import time
+from typing import Any
 
 FLUSH_SECS = 0.25
 BUFFER_BYTES = 64 * 1024
 FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
-class LineFormatter(logging.Formatter):
-    """``FORMAT`` with the time string computed once per second of wall time."""
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROL_BUT_LF = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_one(m: re.Match[str]) -> str:
+    c = m.group()
+    named = _NAMED.get(c)
+    if named is not None:
+        return named
+    n = ord(c)
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}"
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with its control characters written as escapes (one line, always)."""
+    return _CONTROL.sub(_escape_one, text) if _CONTROL.search(text) else text
+
+
+def _indent_block(text: str) -> str:
+    """A traceback or stack: its lines kept, each indented, other controls escaped."""
+    text = _CONTROL_BUT_LF.sub(_escape_one, text)
+    return "\n".join("    " + line for line in text.split("\n"))
+
+
+class EscapingFormatter(logging.Formatter):
+    """A ``Formatter`` whose every record is one line (traceback lines indented)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802
+        record.message = escape_controls(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802
+        return _indent_block(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:  # noqa: N802
+        return _indent_block(super().formatStack(stack_info))
+
+
+class LineFormatter(EscapingFormatter):
+    """``FORMAT``, escaped, with the time string computed once per second of wall time."""
 
     def __init__(self) -> None:
         super().__init__(FORMAT)

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -72,9 +72,11 @@ class ServeProcess:
 
     def __init__(self, config_path: Path, log_path: Path, *,
                  env: Mapping[str, str] | None = None, log_level: str = "INFO",
-                 args: Sequence[str] = ()):
+                 args: Sequence[str] = (),
+                 preexec_fn: Callable[[], object] | None = None):
         self.args = tuple(args)  # more ``serve`` flags (``--log-format json``)
         self.config_path = config_path
+        self.preexec_fn = preexec_fn  # run in the child before exec (e.g. setrlimit)
         self.log_path = log_path
         self.env = dict(env or {})
         self.log_level = log_level
@@ -105,7 +107,8 @@ class ServeProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "humpyard.cli", "--log-level", self.log_level, "serve",
                  "--config", str(self.config_path), "--port", str(self.port), *self.args],
-                cwd=str(ROOT), env=env, stdout=log, stderr=subprocess.STDOUT)
+                cwd=str(ROOT), env=env, stdout=log, stderr=subprocess.STDOUT,
+                preexec_fn=self.preexec_fn)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

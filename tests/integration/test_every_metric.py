@@ -60,6 +60,7 @@ SCENARIOS = {
         "test_a_dynamodb_transaction_conflict_is_counted",
     "humpyard_translation_drops_total": "test_a_translation_that_drops_fields",
     "humpyard_client_disconnects_total": "test_a_client_that_leaves_is_counted",
+    "humpyard_connections_refused_total": "test_client_connections_refused_by_serve",
 }
 
 
@@ -373,3 +374,22 @@ endpoints = [{ provider = "p", model = "m" }]
     assert m['humpyard_client_disconnects_total{phase="waiting"}'] == 1
     assert m['humpyard_requests_total{route="t",target="-",status="499"}'] == 1
     assert m['humpyard_upstream_attempts_total{target="t",provider="p",outcome="cancelled"}'] == 1
+def test_client_connections_refused_by_serve(tmp_path: Path) -> None:
+    """``humpyard serve`` (the only place client connections are guarded): a
+    connection that never sends a request head, and one whose head is too large."""
+    import socket
+
+    from tests.durability.process import ServeProcess
+    cfg = tmp_path / "humpyard.toml"
+    cfg.write_text("[server]\nheader_timeout_secs = 0.5\nmax_header_bytes = 1024\n")
+    with ServeProcess(cfg, tmp_path / "serve.log") as server:
+        idle = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        assert idle.recv(1) == b""  # closed by the gateway after the header timeout
+        big = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        big.sendall(b"GET / HTTP/1.1\r\nx: " + b"a" * 4096)
+        assert big.recv(64).startswith(b"HTTP/1.1 431 ")
+        idle.close()
+        big.close()
+        r = httpx.get(server.url + "/metrics", timeout=5)
+    assert 'humpyard_connections_refused_total{reason="header_timeout"} 1' in r.text
+    assert 'humpyard_connections_refused_total{reason="headers_too_large"} 1' in r.text

@@ -133,3 +133,13 @@ def test_served_over_a_socket_the_answer_arrives_whole() -> None:
 
     got = asyncio.run(main())
     assert got.startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+def test_the_connection_cap_leaves_a_reserve_below_the_open_files_limit() -> None:
+    from humpyard.serving import connection_cap
+    assert connection_cap(None, 1024) == 768  # a quarter kept back
+    assert connection_cap(None, 200) == 136  # at least 64 kept back
+    assert connection_cap(None, 65536) == 49152
+    assert connection_cap(100, 1024) == 100  # a configured cap below the safe figure
+    assert connection_cap(5000, 1024) == 768  # one above it is cut to it
+    assert connection_cap(None, 10) >= 8

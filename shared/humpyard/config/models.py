@@ -350,6 +350,15 @@ class Clients(_Strict):
     forward_user: bool = False
 
 
+class Server(_Strict):
+    """``[server]``: client connections of ``humpyard serve`` (docs/security.md)."""
+
+    header_timeout_secs: float = Field(default=10, gt=0, le=3600)
+    max_header_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    max_connections: int | None = Field(default=None, ge=1, le=10_000_000)
+    keepalive_timeout_secs: float = Field(default=30, gt=0, le=3600)
+
+
 class Budget(_Strict):
     usd: float = Field(gt=0)
     period: Literal["day", "month"] = "day"
@@ -388,6 +397,7 @@ class RawConfig(_Strict):
     router: Router = Field(default_factory=Router)
     ledger: Ledger | None = None
     clients: Clients = Field(default_factory=Clients)
+    server: Server = Field(default_factory=Server)
     keys: dict[str, Key] = Field(default_factory=dict)
     quota_poll_secs: float = Field(default=60, gt=0)
     quota_stale_secs: float = Field(default=300, gt=0)

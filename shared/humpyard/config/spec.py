@@ -92,6 +92,18 @@ class ClientsSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerSpec:
+    """``[server]``: client connections of ``humpyard serve`` (docs/security.md,
+    "Client connections"). ``max_connections`` None: derived from the open-files
+    limit (``serving.connection_cap``)."""
+
+    header_timeout_secs: float = 10
+    max_header_bytes: int = 64 * 1024
+    max_connections: int | None = None
+    keepalive_timeout_secs: float = 30
+
+
+@dataclass(frozen=True, slots=True)
 class BudgetSpec:
     """A key's budget: ``usd`` per ``period`` (``day`` or ``month``)."""
 
@@ -297,6 +309,7 @@ class Config:
     overrides: OverridesSpec = field(default_factory=OverridesSpec)
     ledger: LedgerSpec | None = None
     clients: ClientsSpec = field(default_factory=ClientsSpec)
+    server: ServerSpec = field(default_factory=ServerSpec)
     quota_poll_secs: float = 60
     quota_stale_secs: float = 300
     reload_poll_secs: float = 0

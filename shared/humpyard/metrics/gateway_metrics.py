@@ -80,6 +80,11 @@ class GatewayMetrics:
       clients that left before their answer was complete (recorded as 499), by what
       the request was doing: ``waiting`` (a buffered answer), ``hold_back`` (a
       stream before its first content) or ``relaying`` (a stream being sent).
+    - ``connections_refused`` → ``humpyard_connections_refused_total{reason}`` counter:
+      client connections ``humpyard serve`` refused or closed before a request head was
+      read; reason ``max_connections`` (a 503 at the ``[server]`` cap),
+      ``header_timeout`` (no complete request head within ``header_timeout_secs``) or
+      ``headers_too_large`` (a 431 past ``max_header_bytes``, counted while reading).
 
     Declaring the set twice over one registry returns the same metric objects.
     """
@@ -172,6 +177,10 @@ class GatewayMetrics:
             "humpyard_client_disconnects_total", "Clients that left before their answer "
             "was complete (recorded as 499), by phase (waiting, hold_back, relaying).",
             ("phase",))
+        self.connections_refused: Counter = m.counter(
+            "humpyard_connections_refused_total", "Client connections refused or closed "
+            "before a request head was read (max_connections, header_timeout, "
+            "headers_too_large).", ("reason",))
 
     def names(self) -> frozenset[str]:
         """The metric names this set declares."""
@@ -184,4 +193,5 @@ class GatewayMetrics:
             self.ledger_queue_depth, self.ledger_lag, self.ledger_batch_size,
             self.ledger_write_seconds, self.ledger_lost, self.transaction_conflicts,
             self.upstream_in_flight, self.upstream_waiting, self.upstream_slot_timeouts,
-            self.refused, self.translation_drops, self.client_disconnects))
+            self.refused, self.translation_drops, self.client_disconnects,
+            self.connections_refused))

@@ -126,6 +126,7 @@ def test_gateway_metrics_names_labels_and_kinds() -> None:
         "translation_drops": ("humpyard_translation_drops_total", Counter,
                               ("protocol", "what")),
         "client_disconnects": ("humpyard_client_disconnects_total", Counter, ("phase",)),
+        "connections_refused": ("humpyard_connections_refused_total", Counter, ("reason",)),
     }
     for attr, (name, kind, labels) in expected.items():
         metric = getattr(gm, attr)

@@ -1,0 +1,123 @@
+"""SIGTERM and SIGINT end ``humpyard serve`` with exit status 0, the log and the
+ledger written out.
+
+Issue 24, case 9: a stopped ``serve`` exited by the signal (-15: uvicorn raised
+it again on the way out) and lost the log lines still buffered; in 2 of 6
+quick stops the whole log was empty. Six quick start/stop cycles here, each
+with one request, alternating the two signals.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.durability.process import ROOT, ServeProcess
+from tests.hostile.clients_support import MODEL, write_config
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.steps import delay
+
+CYCLES = 6
+
+
+def test_quick_stops_exit_0_with_the_whole_log_and_ledger(tmp_path: Path) -> None:
+    with FakeUpstream() as up:
+        cfg = write_config(tmp_path, up.url)
+        for i in range(CYCLES):
+            sig = signal.SIGTERM if i % 2 == 0 else signal.SIGINT
+            log = tmp_path / f"serve-{i}.log"
+            server = ServeProcess(cfg, log).start()
+            try:
+                r = httpx.post(server.url + "/v1/chat/completions", timeout=10,
+                               json={"model": MODEL,
+                                     "messages": [{"role": "user", "content": f"cycle {i}"}]})
+                assert r.status_code == 200
+                request_id = r.headers["x-humpyard-request-id"]
+                assert server.proc is not None
+                server.proc.send_signal(sig)
+                code = server.proc.wait(15)
+            finally:
+                server.kill()
+            text = log.read_text()
+            assert code == 0, (sig, code, text[-2000:])
+            assert "humpyard serving on" in text, text
+            assert f"request_id={request_id}" in text, (sig, text)
+            assert text.rstrip().endswith("humpyard stopped"), (sig, text[-500:])
+            with sqlite3.connect(tmp_path / "ledger.db") as db:
+                ids = {row[0] for row in db.execute("SELECT request_id FROM decisions")}
+            assert request_id in ids, (sig, i)
+
+
+def _catches(pid: int, sig: int) -> bool:
+    """Whether ``pid`` has a handler for ``sig`` (``SigCgt`` in ``/proc/<pid>/status``)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    return False
+
+
+def test_a_signal_while_starting_still_exits_0(tmp_path: Path) -> None:
+    """Stopped as soon as ``serve`` has its handlers, before it listens (the
+    configuration and the app still loading): exit 0 all the same."""
+    cfg = write_config(tmp_path, "http://127.0.0.1:9/v1")
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}"}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        proc = subprocess.Popen([sys.executable, "-m", "humpyard.cli", "serve", "--config",
+                                 str(cfg), "--port", "0"], cwd=str(ROOT), env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 15
+            while not _catches(proc.pid, signal.SIGTERM) and time.monotonic() < deadline:
+                time.sleep(0.002)
+            proc.send_signal(sig)
+            assert proc.wait(15) == 0, sig
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def test_a_second_signal_stops_without_waiting_for_open_requests(tmp_path: Path) -> None:
+    """The first SIGTERM waits for a request still running; a second one does not,
+    and the exit is still 0 with the log written."""
+    import threading
+
+    with FakeUpstream() as up:
+        up.script(delay(30))
+        cfg = write_config(tmp_path, up.url)
+        server = ServeProcess(cfg, tmp_path / "serve.log").start()
+        assert server.proc is not None
+        errors: list[BaseException] = []
+
+        def slow() -> None:
+            try:
+                httpx.post(server.url + "/v1/chat/completions", timeout=20, json={
+                    "model": MODEL, "messages": [{"role": "user", "content": "slow"}]})
+            except httpx.HTTPError as e:
+                errors.append(e)
+
+        t = threading.Thread(target=slow, daemon=True)
+        t.start()
+        try:
+            assert up.wait_for_requests(1, 10)
+            server.proc.send_signal(signal.SIGTERM)
+            try:
+                server.proc.wait(1.0)
+                raise AssertionError("the first signal did not wait for the open request")
+            except subprocess.TimeoutExpired:
+                pass
+            server.proc.send_signal(signal.SIGTERM)
+            code = server.proc.wait(10)
+        finally:
+            server.kill()
+        t.join(20)
+    assert code == 0
+    assert server.output().rstrip().endswith("humpyard stopped")
