@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 import socket
 from collections.abc import Callable, Coroutine, Iterator
@@ -142,6 +143,7 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     SIGTERM and the gateway stops (gracefully) once the event is set."""
     import uvicorn
 
+    from humpyard import telemetry
     from humpyard.config import load_config
     from humpyard.http.app import create_app
     from humpyard.logsink import BufferedStderr, flush_periodically
@@ -151,6 +153,7 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
         log.warning("%s", w)
     app = create_app(cfg)
     gw = app.state.gateway
+    gw.spans = telemetry.from_environ(os.environ)  # None unless OTEL_* asks for traces
     reloader = Reloader(config_path, lambda: gw.config, gw.swap_config)
     loop = asyncio.get_running_loop()
     try:
