@@ -3,7 +3,10 @@
 ``create_simulator_app(profile)`` is an ASGI app that speaks enough of the
 OpenAI Chat Completions API for real SDKs and the gateway: buffered JSON and
 ``stream: true`` SSE in OpenAI's exact chunk shapes, tool calls, usage.
-Answers are deterministic: ``"[sim:<model>] you said: <last user text>"``.
+Answers are deterministic: ``"[sim:<model>] you said: <last user text>"``;
+a coding agent's instruction such as "create hello.txt containing hi" is
+answered with a call of the agent's own write, patch or shell tool, and the
+tool's result with a short text (``simulate/agent.py``).
 
 Profiles (chat completions only; ``/health`` follows ``POST /_sim/health``):
 
