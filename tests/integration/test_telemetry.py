@@ -209,6 +209,52 @@ key_env = "HY_OTEL_KEY"
     assert request["resource"]["service.name"] == "humpyard"
 
 
+def test_a_stream_and_a_refusal_are_traced_from_their_records(tmp_path: Path) -> None:
+    cfg = tmp_path / "humpyard.toml"
+    with FakeUpstream() as up, collector() as (got, endpoint):
+        cfg.write_text(f"""
+[providers.p]
+base_url = "{up.url}"
+api_key_env = "HY_OTEL_UP"
+[targets.t]
+endpoints = [{{ provider = "p", model = "m" }}]
+[keys.dev]
+key_env = "HY_OTEL_KEY"
+""")
+        up.script(ok("a streamed answer", usage={"prompt_tokens": 5, "completion_tokens": 3}))
+        env = {"HY_OTEL_KEY": KEY, "HY_OTEL_UP": "sk-up", "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+               "OTEL_BSP_SCHEDULE_DELAY": "50"}
+        auth = {"authorization": f"Bearer {KEY}"}
+        with ServeProcess(cfg, tmp_path / "serve.log", env=env) as server:
+            with httpx.stream("POST", server.url + "/v1/chat/completions", headers=auth,
+                              timeout=10, json={"model": "t", "stream": True,
+                                                "stream_options": {"include_usage": True},
+                                                "messages": [{"role": "user", "content": "x"}]}
+                              ) as r:
+                assert r.status_code == 200
+                streamed = r.read()
+            refused = httpx.post(server.url + "/v1/chat/completions", headers=auth, timeout=10,
+                                 json={"model": "nope",
+                                       "messages": [{"role": "user", "content": "x"}]})
+            assert refused.status_code == 404
+            spans = got.wait_for(3)
+    assert b"[DONE]" in streamed
+    servers = sorted((s for s in spans if s["kind"] == 2), key=lambda s: s["start"])
+    assert [s["name"] for s in servers] == ["chat t", "chat nope"], spans
+    stream, refusal = servers
+    assert stream["attrs"]["humpyard.stream"] is True
+    assert stream["attrs"]["gen_ai.usage.output_tokens"] == 3
+    assert "gen_ai.response.finish_reasons" not in stream["attrs"]  # not kept for a stream
+    [attempt] = [s for s in spans if s["kind"] == 3]
+    assert attempt["parent"] == stream["span_id"]
+    assert attempt["end"] == stream["end"]  # the stream was read until the request ended
+    assert refusal["attrs"]["humpyard.outcome"] == "unknown_model"
+    assert refusal["attrs"]["http.response.status_code"] == 404
+    assert refusal["attrs"]["error.type"] == "unknown_model"
+    assert "humpyard.route" not in refusal["attrs"]
+    assert not [s for s in spans if s["parent"] == refusal["span_id"]]
+
+
 PROBE = """
 import json, os, sys
 import humpyard.http.app, humpyard.serving, humpyard.recording
