@@ -135,8 +135,10 @@ class Spans:
              *, wall_now: float, mono_now: float) -> None:
         """The spans of one closed request: ``decision`` is its record, ``wall_now``
         and ``mono_now`` the gateway clock's time and monotonic time now."""
+        # From the record's own timer (call.ts is reset when the request is planned):
+        # the request arrived this long before now.
         end = wall_now
-        start = min(call.ts, end) if call.ts else end - (time.perf_counter() - call.started)
+        start = end - max(0.0, time.perf_counter() - call.started)
         parent = None
         if "traceparent" in call.headers:
             parent = self._propagator.extract(call.headers)
