@@ -103,6 +103,7 @@ class Gateway:
         # frozen once its answer is complete (Lambda: see aws/flush.py).
         self.record_before_reply = False
         self.refusals = RateSampler(config.refused_per_minute)
+        self.spans: Any = None  # telemetry.Spans when OpenTelemetry traces are on
         self.executor = Executor(self.client, self.health, self.readiness, self.clock,
                                  self.rng, on_latency=self._on_latency, on_event=self._on_event)
 

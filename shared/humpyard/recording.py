@@ -190,6 +190,12 @@ def _write(gw: Gateway, call: Call, status: int, served: Served | None,
                               stream_error=stream_error, latency_ms=latency_ms, cost_usd=cost,
                               usage=usage, usage_estimated=usage_estimated)
     gw.writer.submit_decision(decision)
+    if gw.spans is not None:  # OpenTelemetry traces, built from the record (telemetry.py)
+        try:
+            gw.spans.emit(call, decision, served, wall_now=gw.clock.now(),
+                          mono_now=gw.clock.monotonic())
+        except Exception:
+            log.exception("could not emit spans request_id=%s", call.request_id)
     if cost and call.key is not None and call.key.budget is not None:
         gw.add_spend(call.key.id, period_key(call.key.budget.period, call.ts), cost)
     _count(gw, call, decision, status, error, latency_ms)

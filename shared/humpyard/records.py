@@ -49,6 +49,7 @@ class Attempt:
     cancelled: bool = False  # the client left while it was in flight (says nothing of health)
     purpose: str | None = None  # judge | efficient on Switchyard routes' inner calls
     notes: list[str] | None = None  # how the body was fitted to this endpoint, if at all
+    started: float | None = None  # the clock's monotonic time the call began (traces)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"target": self.target, "provider": self.provider,

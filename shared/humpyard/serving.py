@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 import socket
 from collections.abc import Callable, Coroutine, Iterator
@@ -384,6 +385,7 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     requests."""
     import uvicorn
 
+    from humpyard import telemetry
     from humpyard.config import load_config
     from humpyard.http.app import create_app
     from humpyard.logsink import BufferedStderr, flush_periodically
@@ -399,6 +401,7 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
         log.warning("%s", w)
     app = create_app(cfg)
     gw = app.state.gateway
+    gw.spans = telemetry.from_environ(os.environ)  # None unless OTEL_* asks for traces
     reloader = Reloader(config_path, lambda: gw.config, gw.swap_config)
     try:
         loop.add_signal_handler(signal.SIGHUP, reloader.reload)

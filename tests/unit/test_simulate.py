@@ -6,17 +6,22 @@ SDK's http_client); a FakeClock absorbs every simulated delay.
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import openai
 import pytest
 from starlette.testclient import TestClient
 
 from humpyard.clock import FakeClock
+from humpyard.protocols.anthropic_request import decode_request as anthropic_decode
+from humpyard.protocols.responses_request import decode_request as responses_decode
 from humpyard.simulate import PROFILES, create_simulator_app, draw_outcome
+from humpyard.simulate.agent import Call, Task, agent_call, parse_task
 from humpyard.simulate.wire import split_text
 
 WEATHER_TOOL = {"type": "function", "function": {
@@ -274,3 +279,177 @@ def test_split_text_pieces_join_back(text: str) -> None:
     assert "".join(pieces) == text
     assert len(pieces) <= 4
     assert all(pieces) or text == ""
+
+
+# -- a coding agent's tools (simulate/agent.py) ------------------------------------
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+ASK = "create hello.txt containing hi"
+
+
+def _fixture(agent: str, name: str) -> dict:
+    return json.loads((FIXTURES / agent / name).read_text())["body"]
+
+
+def _with_prompt(chat: dict, prompt: str) -> dict:
+    """``chat`` with its last user message's text replaced by ``prompt``."""
+    last = next(m for m in reversed(chat["messages"]) if m["role"] == "user")
+    last["content"] = prompt
+    return chat
+
+
+def claude_code_chat(prompt: str = ASK, cwd: str | None = "/home/dev/project") -> dict:
+    """Claude Code 2.1.197's recorded request, decoded as the gateway hands it on."""
+    body = _fixture("claude_code", "tool_round_trip.1.json")
+    body["messages"][0]["content"][1]["text"] = prompt
+    if cwd:  # the recording elides the system prompt's <env> block, which names it
+        body["system"].append({"type": "text", "text": f"<env>\nPrimary working directory: "
+                                                       f"{cwd}\n</env>"})
+    return anthropic_decode(body)[0]
+
+
+def codex_chat(prompt: str = ASK, *, patch_tool: bool = False) -> dict:
+    """Codex CLI's recorded Responses request, decoded as the gateway hands it on;
+    ``patch_tool`` adds the free-form ``apply_patch`` Codex sends for models it knows."""
+    body = _fixture("codex", "tool_round_trip.1.json")
+    body["input"][-1]["content"][0]["text"] = prompt
+    if patch_tool:
+        body["tools"].insert(0, {"type": "custom", "name": "apply_patch",
+                                 "description": "Edit files with a patch",
+                                 "format": {"type": "grammar", "syntax": "lark",
+                                            "definition": "start: begin_patch hunk+ end_patch"}})
+    return responses_decode(body)[0]
+
+
+# OpenCode's tools as its OpenAI-compatible provider sends them (write, bash, edit, read).
+OPENCODE_TOOLS = [
+    {"type": "function", "function": {"name": "bash", "parameters": {
+        "type": "object", "required": ["command", "description"], "properties": {
+            "command": {"type": "string"}, "timeout": {"type": "number"},
+            "workdir": {"type": "string"}, "description": {"type": "string"}}}}},
+    {"type": "function", "function": {"name": "edit", "parameters": {
+        "type": "object", "required": ["filePath", "oldString", "newString"], "properties": {
+            "filePath": {"type": "string"}, "oldString": {"type": "string"},
+            "newString": {"type": "string"}, "replaceAll": {"type": "boolean"}}}}},
+    {"type": "function", "function": {"name": "read", "parameters": {
+        "type": "object", "required": ["filePath"], "properties": {
+            "filePath": {"type": "string"}, "offset": {"type": "number"},
+            "limit": {"type": "number"}}}}},
+    {"type": "function", "function": {"name": "write", "parameters": {
+        "type": "object", "required": ["content", "filePath"], "properties": {
+            "content": {"type": "string"}, "filePath": {"type": "string"}}}}},
+]
+
+
+def opencode_chat(prompt: str = ASK, cwd: str | None = "/home/dev/project") -> dict:
+    env = f"<env>\n  Working directory: {cwd}\n  Platform: linux\n</env>" if cwd else ""
+    return {"model": "auto", "stream": True, "tools": copy.deepcopy(OPENCODE_TOOLS),
+            "tool_choice": "auto",
+            "messages": [{"role": "system", "content": f"You are opencode.\n{env}"},
+                         {"role": "user", "content": [{"type": "text", "text": prompt}]}]}
+
+
+@pytest.mark.parametrize("text, task", [
+    ("create hello.txt containing hi", Task("write", path="hello.txt", content="hi")),
+    ("Create a file called notes/todo.md with the text: buy milk.",
+     Task("write", path="notes/todo.md", content="buy milk")),
+    ("write 'hello world' to out.txt", Task("write", path="out.txt", content="hello world")),
+    ("<system-reminder>\nctx\n</system-reminder>\nmake hello.txt containing \"hi\"",
+     Task("write", path="hello.txt", content="hi")),
+    ("run `ls -la` and tell me what you see", Task("run", command="ls -la")),
+    ("please execute the command echo hi", Task("run", command="echo hi")),
+    ("what is the weather", None),
+    ("create something nice", None),
+])
+def test_the_instruction_is_read_as_a_task(text: str, task: Task | None) -> None:
+    assert parse_task(text) == task
+
+
+def test_claude_code_gets_its_write_tool_with_an_absolute_path() -> None:
+    call = agent_call(claude_code_chat())
+    assert call == Call("Write", {"file_path": "/home/dev/project/hello.txt", "content": "hi\n"})
+
+
+def test_claude_code_without_a_known_directory_writes_through_bash() -> None:
+    call = agent_call(claude_code_chat(cwd=None))
+    assert call is not None and call.name == "Bash"
+    assert call.arguments["command"] == "printf '%s\\n' hi > hello.txt"
+
+
+def test_claude_code_runs_a_command_with_bash_not_a_subagent() -> None:
+    call = agent_call(claude_code_chat("run `echo hi > x.txt`"))
+    assert call is not None and call.name == "Bash"
+    assert call.arguments["command"] == "echo hi > x.txt"
+
+
+def test_codex_writes_with_exec_command_in_its_working_directory() -> None:
+    call = agent_call(codex_chat())
+    assert call == Call("exec_command", {"cmd": "printf '%s\\n' hi > hello.txt",
+                                         "workdir": "/home/dev/project"})
+
+
+def test_codex_with_apply_patch_adds_the_file_by_patch() -> None:
+    call = agent_call(codex_chat(patch_tool=True))
+    assert call == Call("apply_patch", {"input": "*** Begin Patch\n*** Add File: hello.txt\n"
+                                                 "+hi\n*** End Patch\n"})
+
+
+def test_opencode_gets_its_write_tool() -> None:
+    call = agent_call(opencode_chat())
+    assert call == Call("write", {"filePath": "/home/dev/project/hello.txt", "content": "hi\n"})
+
+
+def test_opencode_runs_bash_with_the_description_its_schema_requires() -> None:
+    call = agent_call(opencode_chat("run `cat hello.txt`"))
+    assert call == Call("bash", {"command": "cat hello.txt", "workdir": "/home/dev/project",
+                                 "description": "Run the requested command"})
+
+
+def test_an_unrecognised_schema_gets_no_call() -> None:
+    body = opencode_chat()
+    for tool in body["tools"]:  # every tool renamed: nothing the simulator knows
+        tool["function"]["name"] += "_v9"
+    assert agent_call(body) is None
+    assert agent_call({**opencode_chat(), "tool_choice": "none"}) is None
+
+
+def test_after_the_tool_result_the_agent_gets_a_short_text_not_another_call() -> None:
+    chat = opencode_chat()
+    call = agent_call(chat)
+    assert call is not None
+    chat["messages"] += [
+        {"role": "assistant", "content": None, "tool_calls": [{
+            "id": "c1", "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments_json()}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "Wrote file successfully."},
+        # Claude Code follows a tool result with reminders only: still the same task
+        {"role": "user", "content": "<system-reminder>\nctx\n</system-reminder>"}]
+    assert agent_call(chat) is None
+    client, _ = sim(model_name="m")
+    with client:
+        message = client.post("/v1/chat/completions", json={**chat, "stream": False}
+                              ).json()["choices"][0]["message"]
+    assert "tool_calls" not in message
+    assert message["content"] == ("[sim:m] asked to write hello.txt; the tool said: "
+                                  "Wrote file successfully.")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_simulator_answers_claude_codes_request_with_the_write_call(stream: bool) -> None:
+    client, _ = sim()
+    with client, openai.OpenAI(base_url="http://sim.test/v1", api_key="unused",
+                               http_client=client, max_retries=0) as sdk:
+        body = claude_code_chat()
+        if stream:
+            with sdk.chat.completions.create(**{**body, "stream": True}) as events:
+                parts = [c.choices[0].delta.tool_calls[0] for c in events
+                         if c.choices and c.choices[0].delta.tool_calls]
+            name = parts[0].function.name
+            arguments = "".join(p.function.arguments or "" for p in parts)
+        else:
+            out = sdk.chat.completions.create(**{**body, "stream": False})
+            (tool_call,) = out.choices[0].message.tool_calls
+            name, arguments = tool_call.function.name, tool_call.function.arguments
+    assert name == "Write"
+    assert json.loads(arguments) == {"file_path": "/home/dev/project/hello.txt",
+                                     "content": "hi\n"}

@@ -184,6 +184,9 @@ class Instance:
         logger = lambda_logger(env.service)
         xray = tracer(env)  # before the AWS clients, so their calls are traced
         gw = build_gateway(env, environ=environ, **seams)
+        # OpenTelemetry through the ADOT layer (or OTEL_* set by hand): telemetry.py
+        from humpyard import telemetry
+        gw.spans = telemetry.from_environ(os.environ if environ is None else environ)
         for warning in gw.config.warnings:
             logger.warning("configuration: %s", warning)
         logger.info("instance ready", extra={"config": str(env.config_file),
@@ -256,6 +259,8 @@ class Instance:
             self.cadence.print_all()
         else:
             self.cadence.after_request()
+        if gw.spans is not None:  # the instance may be frozen after this request
+            gw.spans.flush()
 
     async def shutdown(self) -> None:
         """The instance is going away: write pending latency samples, close the gateway,

@@ -1,5 +1,11 @@
 """Optional AWS X-Ray tracing through Powertools' ``Tracer`` (``HUMPYARD_TRACING``).
 
+Deprecated: the X-Ray SDK's support ends on 2027-02-25. Traces go through
+OpenTelemetry instead when the stack sets ``OpenTelemetryLayerArn`` (the ADOT
+layer; ``humpyard/telemetry.py``), which also turns this path off; it stays
+for stacks deployed with ``Tracing=Active`` and no layer, and is to be
+removed before that date (docs/decisions/0015-opentelemetry.md).
+
 With ``HUMPYARD_TRACING=true`` (the template's ``Tracing: Active``, which
 also turns on the functions' and the API stage's own tracing) every HTTP
 request is one subsegment ``## <METHOD> <path>`` annotated with the

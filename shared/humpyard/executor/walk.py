@@ -167,7 +167,7 @@ class Executor:
         proto = self.upstreams[provider.protocol]
         req = proto.prepare(body, ep, provider, stream, native)
         att.notes = req.notes
-        started = self.clock.monotonic()
+        started = att.started = self.clock.monotonic()
         resp: UpstreamResponse | None = None
         try:
             async with asyncio.timeout(provider.timeout_secs):

@@ -11,7 +11,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from humpyard.config.spec import RouteSpec
+from humpyard.config.spec import Config, RouteSpec
 from humpyard.errors import HumpyardError, RequestError, UnknownModel
 from humpyard.http.body import finite
 from humpyard.http.errors import json_response
@@ -23,10 +23,35 @@ DAY = 86400.0
 MAX_WINDOW = 3660 * DAY  # ten years: past any retention, and what a store can index
 
 
-def _model_entry(route: RouteSpec) -> dict[str, Any]:
-    return {"id": route.name, "object": "model", "created": 0, "owned_by": "humpyard",
-            "humpyard": {"type": route.type, "targets": list(route.all_targets),
-                         "implicit": route.implicit}}
+def _model_entry(route: RouteSpec, config: Config) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "id": route.name, "object": "model", "created": 0, "owned_by": "humpyard",
+        "humpyard": {"type": route.type, "targets": list(route.all_targets),
+                     "implicit": route.implicit}}
+    entry.update(_metadata(route, config))
+    return entry
+
+
+def _metadata(route: RouteSpec, config: Config) -> dict[str, Any]:
+    """What a client sizes its prompts by, for whichever target answers: the smallest
+    context window and output limit the route's endpoints declare (as ``context_window``
+    and OpenRouter's ``context_length``), and the capabilities every endpoint declares
+    (docs/clients.md, "Model metadata")."""
+    endpoints = [ep for name in route.all_targets if name in config.targets
+                 for ep in config.targets[name].endpoints]
+    out: dict[str, Any] = {}
+    windows = [ep.context_window for ep in endpoints if ep.context_window]
+    if windows:
+        out["context_window"] = out["context_length"] = min(windows)
+    limits = [ep.max_output_tokens for ep in endpoints if ep.max_output_tokens]
+    if limits:
+        out["max_output_tokens"] = min(limits)
+    if endpoints:
+        out["capabilities"] = {
+            "tools": all(ep.tools is True for ep in endpoints),
+            "vision": all(ep.vision is True for ep in endpoints),
+            "reasoning": all(ep.reasoning is True for ep in endpoints)}
+    return out
 
 
 @guarded
@@ -34,7 +59,7 @@ async def models(request: Request) -> Response:
     """``GET /v1/models``: the routes (and bare targets) the calling key may use."""
     key = require_key(request)
     gw = gateway(request)
-    data = [_model_entry(r) for name, r in gw.config.routes.items()
+    data = [_model_entry(r, gw.config) for name, r in gw.config.routes.items()
             if key is None or key.may_use(name)]
     return json_response({"object": "list", "data": data})
 
@@ -52,7 +77,7 @@ async def model(request: Request) -> Response:
         shown = name if len(name) <= 80 and name.isprintable() else "the requested model"
         raise UnknownModel(f"no such model: {shown!r} is not a route or target this key "
                            "may use (GET /v1/models lists them)")
-    return json_response(_model_entry(route))
+    return json_response(_model_entry(route, gw.config))
 
 
 async def root(request: Request) -> Response:

@@ -3,7 +3,10 @@
 ``create_simulator_app(profile)`` is an ASGI app that speaks enough of the
 OpenAI Chat Completions API for real SDKs and the gateway: buffered JSON and
 ``stream: true`` SSE in OpenAI's exact chunk shapes, tool calls, usage.
-Answers are deterministic: ``"[sim:<model>] you said: <last user text>"``.
+Answers are deterministic: ``"[sim:<model>] you said: <last user text>"``;
+a coding agent's instruction such as "create hello.txt containing hi" is
+answered with a call of the agent's own write, patch or shell tool, and the
+tool's result with a short text (``simulate/agent.py``).
 
 Profiles (chat completions only; ``/health`` follows ``POST /_sim/health``):
 
@@ -45,6 +48,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from humpyard.clock import Clock, SystemClock
 from humpyard.protocols import sse
+from humpyard.simulate.agent import agent_call, done_text, finished
 from humpyard.simulate.wire import (
     ChunkBuilder,
     ToolCall,
@@ -141,8 +145,8 @@ def _tool_arguments(tool: dict[str, Any]) -> str:
 
 def _answer_text(model: str, messages: list[dict[str, Any]]) -> str:
     last = messages[-1]
-    if last.get("role") == "tool":
-        return f"[sim:{model}] tool result: {_truncate(_text_of(last.get('content')))}"
+    if last.get("role") == "tool" or finished(messages):
+        return done_text(model, messages)
     user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
     said = _truncate(_text_of(user.get("content"))) if user else ""
     return f"[sim:{model}] you said: {said}"
@@ -238,9 +242,13 @@ class _Simulator:
 
         self._seq += 1
         ident, created = f"chatcmpl-sim{self._seq:06d}", int(self.clock.now())
-        tool = _chosen_tool(body)
+        asked = agent_call(body)  # a coding agent's task, done with one of its tools
+        tool = None if asked is not None else _chosen_tool(body)
         call = text = None
-        if tool is not None:
+        if asked is not None:
+            call = ToolCall(f"call_sim{self._seq:06d}", asked.name, asked.arguments_json())
+            completion_tokens = max(1, len(call.arguments) // 4)
+        elif tool is not None:
             name = str((tool.get("function") or {}).get("name") or "tool")
             call = ToolCall(f"call_sim{self._seq:06d}", name, _tool_arguments(tool))
             completion_tokens = max(1, len(call.arguments) // 4)
