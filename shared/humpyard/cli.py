@@ -35,9 +35,9 @@ def _setup_logging(level: str = "INFO", *, buffered: bool = False,
         logging.basicConfig(level=level, handlers=[handler])
     else:
         from humpyard.logsink import FORMAT, EscapingFormatter
-        handler = logging.StreamHandler()
-        handler.setFormatter(EscapingFormatter(FORMAT))
-        logging.basicConfig(level=level, handlers=[handler])
+        plain = logging.StreamHandler()
+        plain.setFormatter(EscapingFormatter(FORMAT))
+        logging.basicConfig(level=level, handlers=[plain])
     # httpx logs every upstream call at INFO; the gateway logs its own line per request.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     # httpcore's DEBUG trace prints upstream response headers verbatim, and an
