@@ -27,11 +27,12 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
 from humpyard.clock import Clock
-from humpyard.errors import StoreError
+from humpyard.errors import StoreBusy, StoreError
 
 logger = logging.getLogger("humpyard.store")
 
 BUSY_TIMEOUT_SECS = 5.0
+_BUSY_CODES = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
 IDLE_READERS = 4
 """Read connections kept open between reads; more are opened when more threads read
 at once (the gateway reads on a bounded pool of threads: ``store.reads``)."""
@@ -52,7 +53,8 @@ def _create_private(path: str) -> None:
 class SQLiteBase:
     """Owns the connection; subclasses run SQL only inside ``_tx`` or ``_read``."""
 
-    def __init__(self, path: str, clock: Clock) -> None:
+    def __init__(self, path: str, clock: Clock, *,
+                 busy_timeout_secs: float = BUSY_TIMEOUT_SECS) -> None:
         self.path = path
         self._clock = clock
         self._lock = threading.RLock()
@@ -62,7 +64,7 @@ class SQLiteBase:
         _create_private(path)
         try:
             self._conn: sqlite3.Connection | None = sqlite3.connect(
-                path, timeout=BUSY_TIMEOUT_SECS, isolation_level=None,
+                path, timeout=busy_timeout_secs, isolation_level=None,
                 check_same_thread=False)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open ledger {path}: {exc}") from exc
@@ -91,6 +93,8 @@ class SQLiteBase:
             except BaseException as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
+                if getattr(exc, "sqlite_errorcode", None) in _BUSY_CODES:
+                    raise StoreBusy(f"ledger {self.path}: {exc}") from exc
                 if isinstance(exc, sqlite3.Error):
                     raise StoreError(f"ledger {self.path}: {exc}") from exc
                 raise
