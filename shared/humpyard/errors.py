@@ -138,3 +138,8 @@ class StoreError(HumpyardError):
     """A store backend failed."""
 
     code = "store_error"
+
+
+class StoreBusy(StoreError):
+    """The store could not take its write lock in time (SQLite: another process holds
+    the file's write lock); nothing was written, so the write may simply be retried."""

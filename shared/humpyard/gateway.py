@@ -34,6 +34,7 @@ from humpyard.planning.types import EndpointHealth, LatencyFigure, Override, Sta
 from humpyard.quota.poller import QuotaPoller
 from humpyard.shared_state import SharedState, state_for
 from humpyard.store import Store, open_store
+from humpyard.store.reads import ReadPool
 from humpyard.store.writer import BackgroundWriter, InlineWriter, writer_for
 from humpyard.upstream.client import UpstreamClient
 
@@ -104,6 +105,14 @@ class Gateway:
         self.record_before_reply = False
         self.refusals = RateSampler(config.refused_per_minute)
         self.spans: Any = None  # telemetry.Spans when OpenTelemetry traces are on
+        self.reads = ReadPool()  # the admin API's store calls, off the event loop
+        # A store on the disk is read into memory here, before serving, and re-read in a
+        # thread afterwards (``_shared_state``); the memory store is read in place.
+        self._refreshing = False
+        self._state_off_thread = (self._shared_source() is None
+                                  and getattr(self.store, "kind", None) != "memory")
+        if self._state_off_thread:
+            self._load_state(self.clock.now())
         self.executor = Executor(self.client, self.health, self.readiness, self.clock,
                                  self.rng, on_latency=self._on_latency, on_event=self._on_event)
 
@@ -162,6 +171,7 @@ class Gateway:
                      extra={"override_id": ov.id, "kind": ov.kind, "subject": ov.subject})
         if expired:
             self.invalidate()
+            self.reload_state()
         return expired
 
     def _next_expiry_in(self) -> float:
@@ -254,6 +264,47 @@ class Gateway:
         refresh = self._config.state_refresh_ms / 1000
         if cached is not None and now - cached.taken_at < refresh:
             return cached
+        if cached is None or not self._state_off_thread:
+            return self._load_state(now)
+        # A store on the disk (SQLite): the request path never reads it. What this
+        # process writes (spend, overrides) is in memory already; what others may
+        # write to the file is re-read in a thread while the last state is served.
+        self._refresh_soon()
+        periods = self._budget_periods(now)
+        if periods == cached.periods:
+            return cached
+        # A budget period turned (or a reload changed the keys): what was counted for
+        # another period does not count for this one.
+        return _Cached(taken_at=cached.taken_at, overrides=cached.overrides,
+                       spend={k: v for k, v in cached.spend.items()
+                              if cached.periods.get(k) == periods.get(k)},
+                       periods=periods)
+
+    def _refresh_soon(self) -> None:
+        """Re-read overrides and spend in a thread of its own, one at a time."""
+        with self._lock:
+            if self._refreshing:
+                return
+            self._refreshing = True
+
+        def refresh() -> None:
+            try:
+                self._load_state(self.clock.now())
+            except Exception:  # noqa: BLE001 - _load_state logs its own failures
+                log.exception("shared state refresh failed")
+            finally:
+                self._refreshing = False
+
+        threading.Thread(target=refresh, name="humpyard-state-refresh", daemon=True).start()
+
+    def reload_state(self) -> None:
+        """Re-read overrides and spend from the store now. Blocking: call off the loop
+        (the override handlers do, so that the next request sees their change)."""
+        if self._shared_source() is None:
+            self._load_state(self.clock.now())
+
+    def _load_state(self, now: float) -> _Cached:
+        """Read overrides and spend from the store and make them the cached state."""
         overrides: tuple[Override, ...] = ()
         periods = self._budget_periods(now)
         try:
@@ -264,21 +315,25 @@ class Gateway:
         except Exception:  # noqa: BLE001 - a store outage must not stop traffic
             # Serve on what was last read (retried after one refresh interval).
             log.exception("shared state could not be read; serving on the last snapshot")
-            if cached is None:
-                cached = _Cached(taken_at=now, overrides=(), spend={}, periods=periods)
-            else:
-                cached = _Cached(taken_at=now, overrides=cached.overrides, spend=cached.spend,
-                                 periods=cached.periods)
-            self._cached = cached
+            with self._lock:
+                cached = self._cached
+                if cached is None:
+                    cached = _Cached(taken_at=now, overrides=(), spend={}, periods=periods)
+                else:
+                    cached = _Cached(taken_at=now, overrides=cached.overrides,
+                                     spend=cached.spend, periods=cached.periods)
+                self._cached = cached
             return cached
-        if cached is not None:
-            # Spend only grows within a period, and what this process counted may not be
-            # written yet (the background writer): keep the larger of the two.
-            for key_id, period in periods.items():
-                if cached.periods.get(key_id) == period and key_id in cached.spend:
-                    spend[key_id] = max(spend.get(key_id, 0.0), cached.spend[key_id])
-        cached = _Cached(taken_at=now, overrides=overrides, spend=spend, periods=periods)
-        self._cached = cached
+        with self._lock:
+            cached = self._cached
+            if cached is not None:
+                # Spend only grows within a period, and what this process counted may
+                # not be written yet (the background writer): keep the larger of the two.
+                for key_id, period in periods.items():
+                    if cached.periods.get(key_id) == period and key_id in cached.spend:
+                        spend[key_id] = max(spend.get(key_id, 0.0), cached.spend[key_id])
+            cached = _Cached(taken_at=now, overrides=overrides, spend=spend, periods=periods)
+            self._cached = cached
         return cached
 
     def _from_source(self, source: SharedState, now: float) -> _Cached:
@@ -318,10 +373,11 @@ class Gateway:
         source = self._shared_source()
         if source is not None:
             source.note_spend(key_id, period, usd)
-        cached = self._cached
-        if cached is not None and cached.periods.get(key_id, period) == period:
-            cached.spend[key_id] = cached.spend.get(key_id, 0.0) + usd
-            cached.periods.setdefault(key_id, period)
+        with self._lock:
+            cached = self._cached
+            if cached is not None and cached.periods.get(key_id, period) == period:
+                cached.spend[key_id] = cached.spend.get(key_id, 0.0) + usd
+                cached.periods.setdefault(key_id, period)
         self.writer.submit_spend(key_id, period, usd)
 
     @property
@@ -384,6 +440,7 @@ class Gateway:
             self.metrics.routability_resend_seconds.observe(kw["ms"] / 1000)
 
     async def aclose(self) -> None:
+        self.reads.close()
         self.writer.close()
         await self.client.aclose()
         self.store.close()

@@ -272,3 +272,49 @@ def test_a_store_with_io_gets_the_thread(db: SQLiteStore) -> None:
         assert isinstance(writer, BackgroundWriter)
     finally:
         writer.close(timeout=5)
+
+
+def test_a_write_lock_held_past_the_busy_wait_loses_nothing(
+        tmp_path: Path, clock: FakeClock, metrics: GatewayMetrics,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The batch waits for the lock, however long another process holds it: the
+    store says ``StoreBusy`` after its busy wait (0.1 s here, 5 s by default) and
+    the writer keeps the batch and tries again, while new items queue behind it."""
+    caplog.set_level(logging.WARNING, logger="humpyard.store")
+    db = SQLiteStore(str(tmp_path / "humpyard.db"), clock, busy_timeout_secs=0.1)
+    writer = BackgroundWriter(db, linger_secs=0)
+    writer.use_metrics(metrics)
+    try:
+        with write_lock_held(db.path):
+            writer.submit_decision(decision("r0", T0))
+            writer.submit_spend("ci", DAY, 0.5)
+            eventually(lambda: any("write lock is held elsewhere" in r.getMessage()
+                                   for r in caplog.records))
+            writer.submit_decision(decision("r1", T0 + 1))  # queued behind the stuck batch
+            eventually(lambda: sum("write lock is held elsewhere" in r.getMessage()
+                                   for r in caplog.records) == 1 and writer.pending == 3)
+        assert writer.flush(timeout=10)
+    finally:
+        assert writer.close(timeout=10)
+    assert {d["request_id"] for d in db.list_decisions(limit=10)[0]} == {"r0", "r1"}
+    assert db.get_spend("ci", DAY) == 0.5
+    assert metrics.ledger_lost.value(kind="decision", reason="error") == 0
+    assert errors(caplog) == []
+    db.close()
+
+
+def test_closing_while_the_lock_is_held_loses_the_batch_logged_not_the_exit(
+        tmp_path: Path, clock: FakeClock, metrics: GatewayMetrics,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="humpyard.store")
+    db = SQLiteStore(str(tmp_path / "humpyard.db"), clock, busy_timeout_secs=0.1)
+    writer = BackgroundWriter(db, linger_secs=0)
+    writer.use_metrics(metrics)
+    with write_lock_held(db.path):
+        writer.submit_decision(decision("r0", T0))
+        eventually(lambda: any("write lock is held elsewhere" in r.getMessage()
+                               for r in caplog.records))
+        assert writer.close(timeout=10)
+    assert metrics.ledger_lost.value(kind="decision", reason="error") == 1
+    assert [unsaved(m)["request_id"] for m in errors(caplog)] == ["r0"]
+    db.close()

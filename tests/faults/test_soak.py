@@ -307,7 +307,8 @@ def upstreams_process() -> Iterator[tuple[str, str, str]]:
 def soak_gateway(tmp_path):
     with upstreams_process() as (a, b, h):
         text = drill_config(a, b, h, a_timeout=A_TIMEOUT, threshold=3, cooldown=1,
-                            top=f"max_body_bytes = {MAX_BODY}",
+                            # every refusal written, so the ledger can be counted whole
+                            top=f"max_body_bytes = {MAX_BODY}\nrefused_per_minute = 0",
                             extra=f'[ledger]\npath = "{tmp_path / "soak.db"}"')
         config = load_config_text(text, env={})
         clock = SystemClock()

@@ -406,7 +406,7 @@ class RawConfig(_Strict):
     max_body_bytes: Annotated[int, Field(gt=0)] = 32 * 1024 * 1024
     stream_heartbeat_secs: float = Field(default=15, ge=0, le=300)
     log_requests: bool = True
-    refused_per_minute: float = Field(default=0, ge=0, le=100_000)
+    refused_per_minute: float = Field(default=6, ge=0, le=100_000)
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> RawConfig:

@@ -317,7 +317,7 @@ class Config:
     max_body_bytes: int = 32 * 1024 * 1024
     stream_heartbeat_secs: float = 15
     log_requests: bool = True
-    refused_per_minute: float = 0
+    refused_per_minute: float = 6
     public: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     source: str = "<memory>"
     digest: str = ""

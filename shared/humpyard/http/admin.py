@@ -6,7 +6,8 @@ explain and quota live in their own modules; ``http/app.py`` lists the paths.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -17,7 +18,8 @@ from humpyard.http.body import finite
 from humpyard.http.errors import json_response
 from humpyard.http.guard import gateway, guarded, require_key
 from humpyard.metrics import prometheus
-from humpyard.store.writer import BackgroundWriter, InlineWriter
+
+T = TypeVar("T")
 
 DAY = 86400.0
 MAX_WINDOW = 3660 * DAY  # ten years: past any retention, and what a store can index
@@ -86,8 +88,17 @@ async def root(request: Request) -> Response:
     return json_response({"object": "humpyard", "status": "ok"})
 
 
-def _flush(writer: BackgroundWriter | InlineWriter) -> None:
-    writer.flush(timeout=2.0)
+FLUSH_WAIT_SECS = 2.0
+"""How long a ledger read waits for the writer to commit what was recorded before it
+(so a decision just answered is listed), in the read's thread; past it, the read goes
+on with what is committed."""
+
+
+def read_after_flush(gw: Any, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+    """``fn(*args, **kw)`` once the writer has written what was recorded so far (or
+    ``FLUSH_WAIT_SECS`` passed). Blocking: run it on ``gw.reads``, never on the loop."""
+    gw.writer.flush(timeout=FLUSH_WAIT_SECS)
+    return fn(*args, **kw)
 
 
 @guarded
@@ -130,9 +141,9 @@ async def decisions(request: Request) -> Response:
     except ValueError:
         raise RequestError("limit and since must be numbers") from None
     key_filter = q.get("key")
-    _flush(gw.writer)
     try:
-        rows, cursor = gw.store.list_decisions(
+        rows, cursor = await gw.reads.run(
+            read_after_flush, gw, gw.store.list_decisions,
             route=q.get("route"), rule=q.get("rule"), outcome=q.get("outcome"),
             key_id=key_filter, since=since, limit=limit, cursor=q.get("cursor"))
     except ValueError:
@@ -145,8 +156,8 @@ async def decision(request: Request) -> Response:
     """``GET /v1/decisions/{request_id}``."""
     require_key(request)
     gw = gateway(request)
-    _flush(gw.writer)
-    d = gw.store.get_decision(request.path_params["request_id"])
+    d = await gw.reads.run(read_after_flush, gw, gw.store.get_decision,
+                           request.path_params["request_id"])
     if d is None:
         raise HumpyardError("no such decision", status=404, code="not_found")
     return json_response(d)
@@ -168,8 +179,8 @@ async def stats(request: Request) -> Response:
         raise RequestError(f"window_secs: must be positive, got {window:g}")
     window = min(window, MAX_WINDOW)
     now = gw.clock.now()
-    _flush(gw.writer)
-    groups = gw.store.stats(group_by, now - window, now)
+    groups = await gw.reads.run(read_after_flush, gw, gw.store.stats, group_by,
+                                now - window, now)
     if group_by == "target":
         for g in groups:
             fig = gw.latency.get(g["key"])

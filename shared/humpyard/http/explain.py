@@ -69,7 +69,8 @@ async def explain_route(request: Request) -> Response:
     facts = facts_from(await read_json(request, 1024 * 1024), key.id if key else None)
     now = gw.clock.now()
     views = {k: v.to_dict() for k, v in gw.health.snapshot(now).items()}
+    recent = await gw.reads.run(recent_by_target, gw, now)  # the store, off the loop
     answer = explain(facts, gw.snapshot(now), gw.config, now,
-                     recent=recent_by_target(gw, now), health_views=views,
+                     recent=recent, health_views=views,
                      policy=gw.policy)
     return json_response(answer)

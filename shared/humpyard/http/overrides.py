@@ -3,7 +3,9 @@
 Creating needs a ledger (409 without one: nothing would survive a restart)
 and, when keys exist, a key with ``manage_overrides``. Subjects must exist in
 the loaded configuration. Every create, removal and expiry is audited with
-the key id.
+the key id. Every store call runs on the gateway's read pool (``gw.reads``),
+never on the event loop; a change is read back into the gateway's state in
+the same call, so the next request is planned with it.
 """
 
 from __future__ import annotations
@@ -37,8 +39,7 @@ async def list_overrides(request: Request) -> Response:
     require_key(request)
     gw = gateway(request)
     now = gw.clock.now()
-    _expire(gw, now)
-    items = gw.store.list_overrides(now) if gw.store.has_ledger else []
+    items = await gw.reads.run(_listed, gw, now)
     return json_response({"overrides": [view(o, gw.config, now) for o in items]})
 
 
@@ -56,11 +57,9 @@ async def create_override(request: Request) -> Response:
     secs = min(secs if secs is not None else limits.default_secs, limits.max_secs)
     now = gw.clock.now()
     by = key.id if key else None
-    ov = gw.store.create_override(Override(
+    ov = await gw.reads.run(_create, gw, Override(
         id="", kind=kind, subject=subject, target=target, reason=reason,
-        created_at=now, expires_at=now + secs, created_by=by))
-    gw.store.audit("create", ov, by, now)
-    gw.invalidate()
+        created_at=now, expires_at=now + secs, created_by=by), by, now)
     return json_response(view(ov, config, now), 201)
 
 
@@ -72,10 +71,9 @@ async def delete_override(request: Request) -> Response:
         raise ConflictError("overrides need a [ledger]")
     now = gw.clock.now()
     by = key.id if key else None
-    ov = gw.store.delete_override(request.path_params["id"], by=by, now=now)
+    ov = await gw.reads.run(_delete, gw, request.path_params["id"], by, now)
     if ov is None:
         raise HumpyardError("no such override", status=404, code="not_found")
-    gw.invalidate()
     return json_response(view(ov, gw.config, now))
 
 
@@ -85,7 +83,34 @@ async def override_audit(request: Request) -> Response:
     gw = gateway(request)
     if not gw.store.has_ledger:
         return json_response({"audit": []})
-    return json_response({"audit": gw.store.list_audit(limit=200)})
+    return json_response({"audit": await gw.reads.run(gw.store.list_audit, limit=200)})
+
+
+# -- the store calls, each run on the read pool ---------------------------------------
+
+def _listed(gw: Any, now: float) -> list[Override]:
+    _expire(gw, now)
+    return gw.store.list_overrides(now) if gw.store.has_ledger else []
+
+
+def _changed(gw: Any) -> None:
+    """After a change: wake the expiry sweep and read the overrides back at once."""
+    gw.invalidate()
+    gw.reload_state()
+
+
+def _create(gw: Any, ov: Override, by: str | None, now: float) -> Override:
+    stored: Override = gw.store.create_override(ov)
+    gw.store.audit("create", stored, by, now)
+    _changed(gw)
+    return stored
+
+
+def _delete(gw: Any, oid: str, by: str | None, now: float) -> Override | None:
+    found: Override | None = gw.store.delete_override(oid, by=by, now=now)
+    if found is not None:
+        _changed(gw)
+    return found
 
 
 def _expire(gw: Any, now: float) -> None:

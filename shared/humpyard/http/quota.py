@@ -15,7 +15,7 @@ from humpyard.http.guard import gateway, guarded, require_key
 async def quota(request: Request) -> Response:
     require_key(request)
     gw = gateway(request)
-    return json_response(gw.quota.view(gw.clock.now()))
+    return json_response(await gw.reads.run(gw.quota.view, gw.clock.now()))
 
 
 @guarded
@@ -28,5 +28,5 @@ async def quota_history(request: Request) -> Response:
         limit = min(max(int(q.get("limit", "500")), 1), 5000)
     except ValueError:
         raise RequestError("since and limit must be numbers") from None
-    return json_response(gw.quota.history(provider=q.get("provider"), since=since,
-                                          limit=limit))
+    return json_response(await gw.reads.run(gw.quota.history, provider=q.get("provider"),
+                                            since=since, limit=limit))

@@ -3,17 +3,29 @@
 A request refused before routing (a wrong key, a malformed body, an unknown
 path) is junk traffic as often as not, and on DynamoDB every write is billed
 to the operator; ``RateSampler`` lets through at most ``per_minute`` of them
-per process (0: every one) and says how many it held back, which the metric
-``humpyard_refused_total`` counts whether written or not.
+per process and holds back the rest; the metric ``humpyard_refused_total``
+counts every one, written or not.
+
+``refused_per_minute`` defaults to ``DEFAULT_PER_MINUTE`` (6) locally and on
+Lambda alike, so a flood of wrong keys or unknown paths costs a handful of
+ledger rows a minute, not gigabytes a day. An explicit 0 turns sampling off:
+every refusal is written (docs/configuration.md).
 """
 
 from __future__ import annotations
 
 import threading
 
+DEFAULT_PER_MINUTE = 6
+"""Refusals written a minute per process when the file says nothing
+(``config.models.RawConfig.refused_per_minute`` repeats it)."""
+
 
 class RateSampler:
-    """A token bucket of ``per_minute`` tokens refilled continuously; 0 = no limit."""
+    """A token bucket of ``per_minute`` tokens refilled continuously; 0 = no limit.
+
+    It starts full: a burst of ``per_minute`` is written at once, then one every
+    ``60 / per_minute`` seconds."""
 
     def __init__(self, per_minute: float) -> None:
         self.per_minute = per_minute

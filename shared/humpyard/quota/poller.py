@@ -124,7 +124,9 @@ class QuotaPoller:
         if not providers:
             return
         try:
-            stored: dict[str, dict[str, Any]] = self._store.get_quota_snapshots()
+            # Every store call of a poll runs in a worker thread: never on the event loop.
+            stored: dict[str, dict[str, Any]] = await asyncio.to_thread(
+                self._store.get_quota_snapshots)
         except Exception as exc:
             log.warning("quota: could not read snapshots (%s); using this poller's own",
                         type(exc).__name__)
@@ -148,15 +150,20 @@ class QuotaPoller:
             now = self._clock.now()
             snap = scrub(next_snapshot(provider, previous, reading, now), secrets)
             self._log_outcome(provider, snap.get("error"))
-            self._store.put_quota_snapshot(provider.name, snap)
-            self._written[provider.name] = snap
-            if reading.ok:
-                self._sample_history(provider, reading.windows, now, secrets)
+            await asyncio.to_thread(self._store_reading, provider, snap, reading, now, secrets)
             return snap
         except Exception as exc:
             log.warning("quota: polling provider=%s failed: %s", provider.name,
                         scrub(f"{type(exc).__name__}: {exc}", secrets))
             return None
+
+    def _store_reading(self, provider: ProviderSpec, snap: dict[str, Any],
+                       reading: QuotaReading, now: float, secrets: list[str]) -> None:
+        """Write one provider's snapshot and history sample (blocking: in a thread)."""
+        self._store.put_quota_snapshot(provider.name, snap)
+        self._written[provider.name] = snap
+        if reading.ok:
+            self._sample_history(provider, reading.windows, now, secrets)
 
     async def _read(self, provider: ProviderSpec) -> QuotaReading:
         source = self._sources.get(provider.quota_source or "")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from humpyard.clock import Clock
 from humpyard.store.live import LiveState, LiveStateDelegate
+from humpyard.store.sqlite_base import BUSY_TIMEOUT_SECS
 from humpyard.store.sqlite_ledger import SQLiteLedger
 from humpyard.store.sqlite_schema import migrate
 from humpyard.store.sqlite_state import SQLiteOverrides, SQLiteQuota
@@ -28,8 +29,9 @@ class SQLiteStore(SQLiteLedger, SQLiteOverrides, SQLiteQuota, LiveStateDelegate)
     kind = "sqlite"
     has_ledger = True
 
-    def __init__(self, path: str, clock: Clock) -> None:
-        super().__init__(path, clock)
+    def __init__(self, path: str, clock: Clock, *,
+                 busy_timeout_secs: float = BUSY_TIMEOUT_SECS) -> None:
+        super().__init__(path, clock, busy_timeout_secs=busy_timeout_secs)
         self._live = LiveState()
         try:
             with self._lock:

@@ -1,11 +1,19 @@
-"""The SQLite connection every ``SQLiteStore`` part shares.
+"""The SQLite connections every ``SQLiteStore`` part shares.
 
-One connection (``check_same_thread=False``) guarded by one lock: SQLite
-serialises writers anyway, and the gateway's writes come from one
-background thread. Writes run in ``BEGIN IMMEDIATE`` transactions so that a
-second process on the same file (``sqlite3 humpyard.db``, another gateway)
-waits for the lock instead of failing half-way; WAL mode lets such readers
-run while the gateway writes. ``sqlite3.Error`` never escapes: it becomes
+Writes use one connection (``check_same_thread=False``) guarded by one
+lock: SQLite serialises writers anyway, and the gateway's writes come from
+one background thread. Writes run in ``BEGIN IMMEDIATE`` transactions so
+that a second process on the same file (``sqlite3 humpyard.db``, another
+gateway) waits for the lock instead of failing half-way.
+
+Reads use connections of their own (``query_only``), taken from a small
+pool, never the write lock: in WAL mode a reader sees the last committed
+state and neither waits for a writer nor holds one up, so a read is never
+stuck behind a batch the writer is waiting to commit (another process
+holding the file's write lock), and a long read (a filtered page of
+``/v1/decisions`` on a big ledger) never holds up the writer. A private
+``":memory:"`` database has one connection only, so there reads share the
+write connection and its lock. ``sqlite3.Error`` never escapes: it becomes
 ``StoreError`` naming the file.
 """
 
@@ -19,11 +27,15 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
 from humpyard.clock import Clock
-from humpyard.errors import StoreError
+from humpyard.errors import StoreBusy, StoreError
 
 logger = logging.getLogger("humpyard.store")
 
 BUSY_TIMEOUT_SECS = 5.0
+_BUSY_CODES = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
+IDLE_READERS = 4
+"""Read connections kept open between reads; more are opened when more threads read
+at once (the gateway reads on a bounded pool of threads: ``store.reads``)."""
 
 
 def _create_private(path: str) -> None:
@@ -55,14 +67,18 @@ def _identity(path: str, *, strict: bool = False) -> tuple[int, int] | None:
 class SQLiteBase:
     """Owns the connection; subclasses run SQL only inside ``_tx`` or ``_read``."""
 
-    def __init__(self, path: str, clock: Clock) -> None:
+    def __init__(self, path: str, clock: Clock, *,
+                 busy_timeout_secs: float = BUSY_TIMEOUT_SECS) -> None:
         self.path = path
         self._clock = clock
         self._lock = threading.RLock()
+        self._readers: list[sqlite3.Connection] = []  # idle read connections
+        self._readers_lock = threading.Lock()
+        self._shared_reads = path == ":memory:" or "mode=memory" in path
         _create_private(path)
         try:
             self._conn: sqlite3.Connection | None = sqlite3.connect(
-                path, timeout=BUSY_TIMEOUT_SECS, isolation_level=None,
+                path, timeout=busy_timeout_secs, isolation_level=None,
                 check_same_thread=False)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open ledger {path}: {exc}") from exc
@@ -107,6 +123,8 @@ class SQLiteBase:
             except BaseException as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
+                if getattr(exc, "sqlite_errorcode", None) in _BUSY_CODES:
+                    raise StoreBusy(f"ledger {self.path}: {exc}") from exc
                 if isinstance(exc, sqlite3.Error):
                     raise StoreError(f"ledger {self.path}: {exc}") from exc
                 raise
@@ -116,12 +134,64 @@ class SQLiteBase:
         return self._transaction("BEGIN IMMEDIATE")
 
     def _read(self) -> AbstractContextManager[sqlite3.Connection]:
-        """A read transaction: every statement in the block sees one snapshot."""
-        return self._transaction("BEGIN")
+        """A read transaction: every statement in the block sees one snapshot.
+
+        On a read connection of its own (see the module docstring), so it
+        sees every write committed before it began and never takes the write
+        lock."""
+        if self._shared_reads:
+            return self._transaction("BEGIN")
+        return self._reading()
+
+    def _reader(self) -> sqlite3.Connection:
+        with self._readers_lock:
+            self._connection()  # refuses once closed
+            if self._readers:
+                return self._readers.pop()
+        try:
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_SECS, isolation_level=None,
+                                   check_same_thread=False)
+            conn.execute("PRAGMA query_only=1")
+            conn.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.Error as exc:
+            raise StoreError(f"ledger {self.path}: cannot open a reader: {exc}") from exc
+        return conn
+
+    def _put_back(self, conn: sqlite3.Connection) -> None:
+        with self._readers_lock:
+            if self._conn is not None and len(self._readers) < IDLE_READERS:
+                self._readers.append(conn)
+                return
+        conn.close()
+
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        conn = self._reader()
+        try:
+            conn.execute("BEGIN")
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            try:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                conn.close()
+                raise StoreError(f"ledger {self.path}: {exc}") from exc
+            if isinstance(exc, sqlite3.Error):
+                conn.close()
+                raise StoreError(f"ledger {self.path}: {exc}") from exc
+            self._put_back(conn)
+            raise
+        self._put_back(conn)
 
     def close(self) -> None:
-        """Close the connection; idempotent. Later calls raise ``StoreError``."""
+        """Close the connections; idempotent. Later calls raise ``StoreError``."""
         with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            with self._readers_lock:
+                readers, self._readers = self._readers, []
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+            for conn in readers:
+                conn.close()

@@ -9,6 +9,11 @@ gets. It waits ``linger_secs`` after the first item of a batch so that
 moderate traffic is also written in batches, not one transaction per request;
 ``flush`` and ``close`` cut that wait short.
 
+A batch the store is too busy to take (``StoreBusy``: another process holds
+the SQLite file's write lock past the busy wait) is kept and retried until
+the lock is free, so a long-held lock loses nothing; only closing during
+that wait gives it up (docs/decisions/0013-reads-off-the-loop.md).
+
 The queue is bounded (docs/decisions/0006-ledger-overload.md): spend is summed
 per key and period while it waits, so it takes constant room and is never
 shed; decisions beyond ``max_pending`` are not queued. Nothing is lost
@@ -32,7 +37,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from humpyard.errors import ConflictError
+from humpyard.errors import ConflictError, StoreBusy
 from humpyard.store.base import Decision, LedgerBatch
 from humpyard.store.rows import check_usd
 
@@ -49,6 +54,9 @@ DEFAULT_MAX_PENDING = 10_000
 DEFAULT_MAX_BATCH = 2_000
 """Decisions per ``write_batch`` at most: a batch holds the SQLite write lock
 for tens of milliseconds, not seconds."""
+BUSY_RETRY_SECS = 0.05
+"""Pause before retrying a batch the store was too busy to take (after its own busy
+wait: SQLite waits up to 5 s for the lock before saying so)."""
 DEFAULT_LINGER_SECS = 0.025
 """How long the first item of a batch waits for company before it is written."""
 
@@ -124,8 +132,12 @@ class _Lost:
             self.metrics.ledger_lost.inc(len(spend), kind="spend", reason=reason)
 
 
-def perform(store: Any, batch: LedgerBatch, lost: _Lost) -> None:
-    """Write ``batch``; never raises. What cannot be written is logged and counted.
+def perform(store: Any, batch: LedgerBatch, lost: _Lost, *, busy: bool = False) -> None:
+    """Write ``batch``; never raises (but see ``busy``). What cannot be written is
+    logged and counted.
+
+    With ``busy``, a ``StoreBusy`` (the store could not take its write lock in time,
+    and wrote nothing) is raised for the caller to retry the whole batch.
 
     ``ValueError`` means the store refused an item and wrote nothing (see
     ``LedgerStore.write_batch``): the items are then written one at a time so
@@ -140,6 +152,11 @@ def perform(store: Any, batch: LedgerBatch, lost: _Lost) -> None:
         if len(batch) == 1:
             _lose(batch, lost, *_failure())
             return
+    except StoreBusy:
+        if busy:
+            raise
+        _lose(batch, lost, *_failure())
+        return
     except Exception as exc:
         unwritten = getattr(exc, "unwritten", None)
         _lose(unwritten if isinstance(unwritten, LedgerBatch) else batch, lost, *_failure())
@@ -335,7 +352,7 @@ class BackgroundWriter:
                 return
             started = self._monotonic()
             try:
-                perform(self._store, batch, self._lost)
+                self._write_when_free(batch)
             finally:
                 metrics = self._lost.metrics
                 if metrics is not None:
@@ -347,6 +364,31 @@ class BackgroundWriter:
                 with self._cond:
                     self._writing, self._writing_since = 0, None
                     self._cond.notify_all()
+
+
+    def _write_when_free(self, batch: LedgerBatch) -> None:
+        """Write ``batch``; while the store's write lock is held elsewhere (another
+        process on the SQLite file, past its busy wait), keep the batch and try again,
+        so a long-held lock loses nothing: new items queue behind it, within
+        ``max_pending``. Once closing, a busy store loses the batch (logged whole)
+        rather than hold up the exit."""
+        waited = False
+        while True:
+            with self._cond:
+                closing = self._closed
+            try:
+                perform(self._store, batch, self._lost, busy=not closing)
+            except StoreBusy:
+                if not waited:
+                    waited = True
+                    logger.warning("ledger write waiting: the file's write lock is held "
+                                   "elsewhere; %d items kept and retried", len(batch))
+                with self._cond:
+                    self._cond.wait_for(lambda: self._closed, BUSY_RETRY_SECS)
+                continue
+            if waited:
+                logger.warning("ledger write done after waiting for the write lock")
+            return
 
 
 class InlineWriter:
