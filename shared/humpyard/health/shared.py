@@ -16,15 +16,13 @@ tries again (``max_attempts`` in all), so no transition is lost and
 cooldowns only grow (the pure transitions take the later deadline). A
 transition that changes nothing writes nothing.
 
-Only transitions are written: a trip, a stated cooldown, a probe lease, a
-reopening, a recovery. A failure that does not trip the breaker is counted
-in the instance (``_unshared``) and written with the failure that does: the
-threshold is reached by one instance's consecutive failures (added to any
-count the store holds), and a failure while the endpoint is cooling down
-(a call that started before the trip, or by an instance whose snapshot is
-older than the trip) writes nothing. So a dead endpoint costs the live item
-one write per trip, not one per failed call of every instance
-(docs/decisions/0002-dynamodb-layout.md, "The live item").
+A failure while the endpoint is cooling down (a call that started before
+the trip, or one by an instance whose snapshot predates it) changes nothing
+shared and writes nothing: an instance that knows of the cooldown skips the
+write, and one that does not learns of it from its one refused write. So a
+dead endpoint costs the live item the failures that count towards its trip
+and one refused write per stale instance, never a write per failed call
+during its cooldown (docs/decisions/0002-dynamodb-layout.md).
 
 The half-open probe lease is part of the state, so the conditional write
 decides the probe: of several instances asking at once, exactly one write
@@ -42,7 +40,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import replace
 
 from humpyard.clock import Clock
 from humpyard.errors import StoreError
@@ -52,7 +49,6 @@ from humpyard.health.breaker import (
     BreakerState,
     EndpointView,
     HealthSettings,
-    is_half_open,
     record_failure,
     record_success,
     release_probe,
@@ -89,7 +85,6 @@ class SharedHealth:
         self._lock = threading.Lock()
         self._states: dict[str, BreakerState] = {}
         self._stored: set[str] = set()  # keys known to exist in the store
-        self._unshared: dict[str, int] = {}  # failures counted here, not yet written
         self._read_at: float | None = None
         self._state = state if state is not None else state_for(store, clock)
         self._generation = -1
@@ -162,27 +157,16 @@ class SharedHealth:
     ) -> BreakerState:
         """Record a counted failure; ``retry_after`` is a stated time in seconds, unclamped.
 
-        Written only when it changes the breaker's state (see the module docstring)."""
+        While the endpoint cools down a failure without a stated time writes nothing."""
         settings = self.settings
         if retry_after is None and settings.enabled:
             known = self.get(key)
             if _cooling(known, now):
                 return known  # already cold: nothing to share
-            with self._lock:
-                counted = self._unshared.get(key, 0) + 1
-                if (not is_half_open(known, now)
-                        and known.consecutive_failures + counted < settings.failure_threshold):
-                    self._unshared[key] = counted
-                    return replace(known, consecutive_failures=known.consecutive_failures
-                                   + counted)
-                self._unshared.pop(key, None)
-            extra = counted - 1  # the failures counted here before this one
 
             def fail(s: BreakerState) -> tuple[bool, BreakerState]:
                 if _cooling(s, now):
                     return True, s  # another instance tripped it first
-                if extra and not is_half_open(s, now):
-                    s = replace(s, consecutive_failures=s.consecutive_failures + extra)
                 return True, record_failure(s, settings, now)
 
             old, new, _ = self._apply(key, fail)
@@ -194,8 +178,6 @@ class SharedHealth:
 
     def record_success(self, key: str, now: float) -> BreakerState:
         """Record an answered call; closes the breaker (no write when already closed)."""
-        with self._lock:
-            self._unshared.pop(key, None)
         old, new, _ = self._apply(key, lambda s: (True, record_success(s, self.settings, now)))
         log_transition(key, old, new, now)
         return new

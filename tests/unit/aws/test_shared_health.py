@@ -121,41 +121,33 @@ def test_a_conflict_reapplies_the_transition_to_the_current_state(client: Any,
     a.snapshot(clock.now())
     b.snapshot(clock.now())
     b_calls.reset()
-    for _ in range(S.failure_threshold - 1):  # counted in each instance, not written
-        a.record_failure(EP, clock.now())
-        b.record_failure(EP, clock.now())
-    assert b_calls.calls == {}
-    tripped = a.record_failure(EP, clock.now())
-    assert (tripped.consecutive_failures, tripped.open_until) == (3, clock.now() + 30)
+    a.record_failure(EP, clock.now())
     state = b.record_failure(EP, clock.now())  # b still thinks the endpoint was never seen
-    assert b_calls.calls == {"UpdateItem": 1}  # the loser learned the state from its refusal
-    assert (state.open_until, state.version) == (tripped.open_until, tripped.version)
+    assert (state.consecutive_failures, state.version) == (2, 2)
+    assert b_calls.calls == {"UpdateItem": 2}  # the loser learned the state from its refusal
+    state = a.record_failure(EP, clock.now())
+    assert (state.consecutive_failures, state.open_until) == (3, clock.now() + 30)
 
 
-def test_only_transitions_are_written(client: Any, clock: FakeClock) -> None:
+def test_failures_while_cooling_down_write_nothing(client: Any, clock: FakeClock) -> None:
     a, a_calls = instance(client, clock)
     stale = [instance(client, clock) for _ in range(20)]
     for h, _ in stale:
         h.snapshot(clock.now())  # taken before the trip: each still sees the endpoint healthy
-    a.snapshot(clock.now())
+    trip(a, clock.now())
     a_calls.reset()
-    for _ in range(S.failure_threshold - 1):
-        a.record_failure(EP, clock.now())
-    assert a_calls.calls == {}  # below the threshold: the instance's own count
-    a.record_failure(EP, clock.now())
-    assert a_calls.calls == {"UpdateItem": 1}  # the trip
     for _ in range(10):
         a.record_failure(EP, clock.now())  # calls that started before the trip
-    assert a_calls.calls == {"UpdateItem": 1}
+    assert a_calls.calls == {}
     # twenty instances whose snapshot predates the trip, each failing three times: one
-    # refused write each (which tells it the state), then nothing
+    # refused write each (which tells it of the cooldown), then nothing
     for h, calls in stale:
         calls.reset()
-        for _ in range(S.failure_threshold + 2):
-            assert h.record_failure(EP, clock.now()).consecutive_failures >= 1
+        for _ in range(3):
+            h.record_failure(EP, clock.now())
         assert calls.calls == {"UpdateItem": 1}
         assert h.view(EP, clock.now()).state == "cooling_down"
-    # the probe's failure reopens: a transition, written once
+    # the probe's failure reopens: a transition, written
     clock.advance(S.cooldown_secs + 1)
     a_calls.reset()
     assert a.try_acquire_probe(EP, clock.now())
