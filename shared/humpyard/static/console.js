@@ -1,5 +1,6 @@
 // humpyard operator console: shared helpers, the key, tabs and polling, and the
-// "Routes" and "Decisions" views. views.js adds Overrides, Explain and Quota.
+// "Routes" and "Decisions" views. views.js adds Overrides, Explain and Quota;
+// usage.js the Usage view and the search of decisions by request id.
 //
 // Rules this file keeps: server data only ever reaches the page as text
 // (textContent, attribute values), never as markup; the API key lives in
@@ -546,36 +547,11 @@ const HY = (() => {
   }
 
   let first = [];
-
-  // The search by request id: one decision, opened, above the list (404 says so).
-  async function find(sec) {
-    const id = new FormData($("#decision-search")).get("request_id").trim();
-    const out = clear($("#decision-found"));
-    out.hidden = !id;
-    $("#decision-search-clear").hidden = !id;
-    if (!id) return;
-    try {
-      const d = await api("GET", "/v1/decisions/" + encodeURIComponent(id));
-      out.append(h("div", {class: "card found", dataset: {requestId: d.request_id || ""}},
-        h("header", null, h("strong", null, "Request "), name(d.request_id), " ",
-          badge(d.outcome || "?", OUTCOME_KIND[d.outcome] || "warn"), " ",
-          h("span", {class: "muted"}, clock(d.ts), " · route ", name(d.route), " · served by ",
-            name(d.target ? d.target + (d.provider ? " @ " + d.provider : "") : "—"), " · ", ms(d.latency_ms))),
-        detail(d)));
-    } catch (e) {
-      out.append(h("p", {class: "muted not-found"}, e.status === 404
-        ? "No decision " + id + " (or not one this key may read)." : (e.describe ? e.describe() : String(e))));
-    }
-  }
+  HY.decisionDetail = detail;  // usage.js opens a decision found by its id
 
   HY.register("decisions", {
     every: () => (auto ? 3000 : 0),
     setup(sec) {
-      $("#decision-search").addEventListener("submit", (e) => { e.preventDefault(); find(sec); });
-      $("#decision-search-clear").addEventListener("click", () => {
-        $("#decision-search").reset();
-        find(sec);
-      });
       const form = $("#decision-filters");
       const reload = () => { older = []; cursor = null; HY.refresh(); };
       form.addEventListener("submit", (e) => { e.preventDefault(); reload(); });
