@@ -212,6 +212,8 @@ def _count(gw: Gateway, call: Call, decision: dict[str, Any], status: int,
     route = decision.get("route") or "-"
     target = decision.get("target") or "-"
     m.requests.inc(route=route, target=target, status=str(status))
+    if decision["usage"] is not None:
+        _count_usage(gw, call, route, target, decision["usage"], decision["cost_usd"])
     m.request_duration.observe(latency_ms / 1000, route=route)
     for note in decision["notes"]:  # what translating and fitting could not carry as sent
         # (the decoder's notes and the answering attempt's: metrics/translation.py)
@@ -235,6 +237,24 @@ def _count(gw: Gateway, call: Call, decision: dict[str, Any], status: int,
                  "ms=%.1f outcome=%s", call.request_id, route, decision.get("rule") or "-",
                  target, decision.get("provider") or "-", status, latency_ms,
                  decision["outcome"])
+
+
+USAGE_KINDS = (("input", "input_tokens"), ("output", "output_tokens"),
+               ("cache_read", "cache_read_tokens"), ("cache_write", "cache_write_tokens"))
+
+
+def _count_usage(gw: Gateway, call: Call, route: str, target: str, usage: dict[str, Any],
+                 cost: float) -> None:
+    """The answer's tokens and cost, by key id, route and target (series keyed by
+    tuple: no label dict per request)."""
+    kid = call.key.id if call.key is not None else "-"
+    tokens = gw.metrics.tokens
+    for kind, name in USAGE_KINDS:
+        n = usage[name]
+        if n:
+            tokens.add((kid, route, target, kind), n)
+    if cost:
+        gw.metrics.cost_usd.add((kid, route, target), cost)
 
 
 def _count_removals(gw: Gateway, plan: Plan) -> None:

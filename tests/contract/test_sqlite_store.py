@@ -69,6 +69,8 @@ def test_a_v1_file_migrates_forward_and_keeps_its_data(path: str, clock: FakeClo
         assert store.get_decision("old") == d
         [row] = store.stats("route", T0, T0 + HOUR)  # backfilled by v2
         assert (row["key"], row["requests"]) == ("legacy", 1)
+        [row] = store.stats("route", T0, T0 + HOUR, key_id="ci")  # by v5, once
+        assert (row["key"], row["requests"]) == ("legacy", 1)
         assert [o.id for o in store.list_overrides(T0)] == ["7"]
         assert store.create_override(Override(id="", kind="disable_target", subject="x",
                                               created_at=T0, expires_at=T0 + 60)).id == "8"
@@ -92,6 +94,27 @@ def test_a_v3_file_gains_cache_counts_and_keeps_its_stats(path: str, clock: Fake
     with raw(path) as conn:
         assert conn.execute("SELECT cache_read_tokens, cache_write_tokens FROM usage "
                             "WHERE request_id = 'new'").fetchone() == (800, 100)
+
+
+def test_a_v4_file_gains_each_keys_stats_from_its_decisions(path: str,
+                                                            clock: FakeClock) -> None:
+    d = decision("old", T0 + 5, key_id="ops", route="auto", target="deep", provider="openai",
+                 usage={"input_tokens": 700, "output_tokens": 30, "cache_read_tokens": 100})
+    with raw(path) as conn:
+        conn.isolation_level = None
+        assert migrate(conn, T0, target=4) == 4
+        conn.execute("INSERT INTO decisions (request_id, ts, route, key_id, body) "
+                     "VALUES (?, ?, ?, ?, ?)", ("old", d["ts"], "auto", "ops", json.dumps(d)))
+        conn.execute("INSERT INTO stats_buckets (dim, hour, gkey, requests, input_tokens) "
+                     "VALUES ('route', ?, 'auto', 1, 700)", (int(T0),))
+    with closing(SQLiteStore(path, clock)) as store:
+        assert store.schema_version == LATEST >= 5
+        [mine] = store.stats("target", T0, T0 + HOUR, key_id="ops")
+        assert (mine["key"], mine["requests"], mine["input_tokens"],
+                mine["cache_read_tokens"]) == ("deep", 1, 700, 100)
+        assert store.stats("target", T0, T0 + HOUR, key_id="ci") == []
+        [every] = store.stats("route", T0, T0 + HOUR)  # the unscoped buckets as they were
+        assert (every["requests"], every["input_tokens"]) == (1, 700)
 
 
 def test_reopening_a_current_file_changes_nothing(path: str, clock: FakeClock) -> None:

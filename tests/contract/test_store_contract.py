@@ -275,6 +275,59 @@ def test_stats_cover_the_hours_that_overlap_the_window(store: Store) -> None:
     assert store.stats("route", T0 + 2 * HOUR + 20, T0 + 2 * HOUR + 30)[0]["requests"] == 1
 
 
+@pytest.mark.parametrize(("group_by", "ci", "ops"), [
+    ("route", {"auto": (3, 0, 0.03)}, {"auto": (1, 1, 0.0)}),
+    ("key", {"ci": (3, 0, 0.03)}, {"ops": (1, 1, 0.0)}),
+    ("target", {"cheap": (3, 0, 0.03)}, {"deep": (1, 1, 0.0)}),
+    ("provider", {"local": (3, 0, 0.03)}, {"openai": (1, 1, 0.0)}),
+])
+def test_stats_of_one_key(store: Store, group_by: str, ci: dict[str, tuple[Any, ...]],
+                          ops: dict[str, tuple[Any, ...]]) -> None:
+    _traffic(store)
+    for key_id, expected in (("ci", ci), ("ops", ops)):
+        got = {g["key"]: (g["requests"], g["failures"], pytest.approx(g["cost_usd"]))
+               for g in store.stats(group_by, T0, T0 + HOUR, key_id=key_id)}
+        assert got == expected, (group_by, key_id)
+    assert store.stats(group_by, T0, T0 + HOUR, key_id="nobody") == []
+
+
+def test_one_keys_stats_are_not_another_keys_whatever_the_names(store: Store) -> None:
+    # a key id that starts like another, and names holding the separators
+    store.append_decision(decision("a1", T0 + 1, key_id="a", route="b|c"))
+    store.append_decision(decision("a2", T0 + 2, key_id="a|b", route="c"))
+    store.append_decision(decision("a3", T0 + 3, key_id="1:a", route="c"))
+    assert [g["key"] for g in store.stats("route", T0, T0 + HOUR, key_id="a")] == ["b|c"]
+    assert [g["key"] for g in store.stats("route", T0, T0 + HOUR, key_id="a|b")] == ["c"]
+    assert [g["key"] for g in store.stats("route", T0, T0 + HOUR, key_id="1:a")] == ["c"]
+    assert [g["key"] for g in store.stats("key", T0, T0 + HOUR, key_id="a")] == ["a"]
+
+
+def test_stats_series_by_hour_and_day(store: Store) -> None:
+    day = 86400
+    start = T0 - T0 % day  # a UTC midnight
+    store.append_decision(decision("d0", start + 10))
+    store.append_decision(decision("d1", start + 20, key_id="ops", usage={
+        "input_tokens": 100, "output_tokens": 5, "cache_read_tokens": 40}))
+    store.append_decision(decision("d2", start + 2 * HOUR + 5, outcome="failed", status=502))
+    store.append_decision(decision("d3", start + day + 5))
+    [hourly] = store.stats("route", start, start + 2 * day, series="hour")
+    assert hourly["requests"] == 4
+    assert [(p["t"], p["requests"], p["failures"]) for p in hourly["series"]] == [
+        (start, 2, 0), (start + 2 * HOUR, 1, 1), (start + day, 1, 0)]
+    first = hourly["series"][0]
+    assert (first["input_tokens"], first["output_tokens"], first["cache_read_tokens"],
+            first["cache_write_tokens"]) == (1000, 55, 40, 0)
+    assert first["cost_usd"] == pytest.approx(0.02)
+    [daily] = store.stats("route", start, start + 2 * day, series="day")
+    assert [(p["t"], p["requests"]) for p in daily["series"]] == [(start, 3), (start + day, 1)]
+    [ops] = store.stats("route", start, start + 2 * day, key_id="ops", series="day")
+    assert [(p["t"], p["requests"], p["input_tokens"]) for p in ops["series"]] == [
+        (start, 1, 100)]
+    assert "series" not in store.stats("route", start, start + 2 * day)[0]
+    with pytest.raises(ValueError):
+        store.stats("route", start, start + day, series="week")
+
+
 def test_stats_refuse_an_unknown_group(store: Store) -> None:
     with pytest.raises(ValueError):
         store.stats("model", T0, T0 + HOUR)

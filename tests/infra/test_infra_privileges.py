@@ -93,6 +93,7 @@ budget = {{ usd = 100.0, period = "day" }}
 [keys.ops]
 key_env = "OPS_KEY"
 manage_overrides = true
+admin = true
 """
 
 

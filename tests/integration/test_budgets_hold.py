@@ -55,6 +55,7 @@ budget = {{ usd = 0.05, period = "day" }}
 [keys.admin]
 key_env = "ADMIN"
 manage_overrides = true
+admin = true
 {extra}
 """
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from humpyard.aws.build import build_gateway
 from humpyard.aws.env import LambdaEnv
@@ -61,6 +62,8 @@ SCENARIOS = {
     "humpyard_translation_drops_total": "test_a_translation_that_drops_fields",
     "humpyard_client_disconnects_total": "test_a_client_that_leaves_is_counted",
     "humpyard_connections_refused_total": "test_client_connections_refused_by_serve",
+    "humpyard_tokens_total": "test_usage_is_counted_by_key_route_and_target",
+    "humpyard_cost_usd_total": "test_usage_is_counted_by_key_route_and_target",
 }
 
 
@@ -222,6 +225,7 @@ def test_spend_is_shown_against_the_budget() -> None:
 endpoints = [{ provider = "p", model = "m", price = { input = 2.0, output = 8.0 } }]
 [keys.ci]
 key_env = "CI_KEY"
+admin = true
 budget = { usd = 10.0, period = "day" }
 """, env={"CI_KEY": "k-ci"}, admin_key="k-ci") as gw:
         up.script(ok("hi", usage={"prompt_tokens": 1_000_000, "completion_tokens": 0}))
@@ -232,6 +236,36 @@ budget = { usd = 10.0, period = "day" }
         gw.gw.invalidate()
         m = scrape(gw)
     assert m['humpyard_budget_spend_usd{key="ci"}'] == 2.0
+
+
+def test_usage_is_counted_by_key_route_and_target() -> None:
+    with FakeUpstream() as up, running_gateway(providers(p=up.url) + """
+[targets.paid]
+endpoints = [{ provider = "p", model = "m", price = { input = 2.0, output = 8.0 } }]
+[routes.work]
+targets = ["paid"]
+[keys.ci]
+key_env = "CI_KEY"
+[keys.ops]
+key_env = "OPS_KEY"
+admin = true
+""", env={"CI_KEY": "k-ci", "OPS_KEY": "k-ops"}, admin_key="k-ops") as gw:
+        up.script(ok("hi", usage={"prompt_tokens": 1000, "completion_tokens": 250,
+                                  "cache_read_input_tokens": 400}),
+                  ok("hi", usage={"prompt_tokens": 3000, "completion_tokens": 50}))
+        with gw.client(authorization="Bearer k-ci") as c:
+            for _ in range(2):
+                assert c.post("/v1/chat/completions",
+                              json={"model": "work", "messages": MSG}).status_code == 200
+        gw.recorded(2)
+        m = scrape(gw)
+    series = 'key="ci",route="work",target="paid"'
+    assert m[f'humpyard_tokens_total{{{series},kind="input"}}'] == 4000
+    assert m[f'humpyard_tokens_total{{{series},kind="output"}}'] == 300
+    assert m[f'humpyard_tokens_total{{{series},kind="cache_read"}}'] == 400
+    assert f'humpyard_tokens_total{{{series},kind="cache_write"}}' not in m  # none written
+    # 4000 input at $2/M and 300 output at $8/M
+    assert m[f"humpyard_cost_usd_total{{{series}}}"] == pytest.approx(0.008 + 0.0024)
 
 
 def test_a_failing_store_loses_decisions_counted() -> None:
@@ -290,6 +324,7 @@ def test_refusals_before_routing_are_counted_and_sampled() -> None:
 endpoints = [{ provider = "p", model = "m" }]
 [keys.ops]
 key_env = "OPS_KEY"
+admin = true
 """, env={"OPS_KEY": "k-ops"}, admin_key="k-ops") as gw:
         with httpx.Client(base_url=gw.url, timeout=30) as c:
             for _ in range(5):

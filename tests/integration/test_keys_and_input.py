@@ -34,6 +34,7 @@ allowed_routes = ["open"]
 [keys.ops]
 key_sha256 = "{ops_digest}"
 manage_overrides = true
+admin = true
 {extra}
 """
 

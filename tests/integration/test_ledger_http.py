@@ -53,6 +53,7 @@ key_env = "CK"
 [keys.ops]
 key_env = "OK"
 manage_overrides = true
+admin = true
 {extra}
 """
 

@@ -40,6 +40,7 @@ max_secs = 3600
 [keys.ops]
 key_env = "OPS"
 manage_overrides = true
+admin = true
 [keys.dev]
 key_env = "DEV"
 """

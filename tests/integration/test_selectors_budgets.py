@@ -67,7 +67,8 @@ def test_key_limited_to_auto_is_never_sent_to_a_pool(auto):
     r = send(gw, "ci-secret", {"model": "auto", "tools": TOOLS})
     assert r.status_code == 200
     assert (r.headers["x-humpyard-rule"], r.headers["x-humpyard-route"]) == ("default", "auto")
-    d = gw.decisions(limit=1)[0]
+    with gw.client(authorization="Bearer ci-secret") as c:  # a key reads its own decisions
+        d = c.get("/v1/decisions", params={"limit": 1}).json()["decisions"][0]
     assert [s["rule"] for s in d["skipped_rules"]] == ["tool-turns", "everyday"]
     assert send(gw, "ci-secret", {"model": "capable"}).status_code == 403
 
@@ -123,6 +124,7 @@ key_env = "DEV"
 budget = {{ usd = 0.05, period = "day" }}
 [keys.admin]
 key_env = "ADMIN"
+admin = true
 """
 
 

@@ -115,7 +115,15 @@ def test_chat_event_is_answered_recorded_and_measured(
 
     out = capsys.readouterr().out
     names = {m["Name"] for d in _emf(out) for m in d["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
-    assert {"humpyard_requests_total", "humpyard_override_oldest_age_seconds"} <= names
+    assert {"humpyard_requests_total", "humpyard_override_oldest_age_seconds",
+            "humpyard_tokens_total"} <= names
+    tokens = {doc["kind"]: doc["humpyard_tokens_total"] for doc in _emf(out)
+              if "humpyard_tokens_total" in doc}
+    assert tokens == {"input": 10, "output": 1}  # the fake's usage for "hello"
+    [doc] = [d for d in _emf(out) if "humpyard_tokens_total" in d and d["kind"] == "input"]
+    assert doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [
+        ["service", "key", "route", "target", "kind"]]
+    assert (doc["key"], doc["route"], doc["target"]) == ("-", "auto", "primary")
     for doc in _emf(out):
         directive = doc["_aws"]["CloudWatchMetrics"][0]
         assert directive["Namespace"] == "Humpyard"

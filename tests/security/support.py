@@ -30,7 +30,7 @@ DOWN_KEY = "sk-prov-DOWN-1a2b3c4d5e6f7a8b9c0d"
 SLOW_KEY = "sk-prov-SLOW-9e8d7c6b5a4f3e2d1c0b"
 BOOM_KEY = "sk-prov-BOOM-0f1e2d3c4b5a69788796"
 QUOTA_KEY = "sk-prov-QUOTA-5c4b3a29180f7e6d5c4b"
-ALPHA_KEY = "hk-client-ALPHA-2b4d6f8a0c1e3a5c7e9b"  # key_env, manage_overrides
+ALPHA_KEY = "hk-client-ALPHA-2b4d6f8a0c1e3a5c7e9b"  # key_env, manage_overrides, admin
 BETA_KEY = "hk-client-BETA-8a6c4e2a0b9d7f5b3d1f"  # given as key_sha256
 WRONG_KEY = "hk-client-WRONG-3e1c9a7b5d3f1e9c7a5b"  # presented, never configured
 

@@ -36,6 +36,7 @@ endpoints = [{{ provider = "p", model = "m" }}]
 [keys.alpha]
 key_env = "ALPHA"
 manage_overrides = true
+admin = true
 [keys.beta]
 key_sha256 = "{BETA_SHA}"
 """

@@ -98,6 +98,7 @@ route = "t-ok"
 [keys.alpha]
 key_env = "ALPHA_KEY"
 manage_overrides = true
+admin = true
 budget = {{ usd = 100.0, period = "day" }}
 [keys.beta]
 key_sha256 = "{beta}"

@@ -42,7 +42,8 @@ MSG = [{"role": "user", "content": "hello"}]
 
 
 def console_config(alpha: str, beta: str, gamma: str, *, alpha_extra: str = "") -> str:
-    """Two routes over three providers, two keys, a selector rule; breakers trip at 3."""
+    """Two routes over three providers, two keys (``ops`` an admin that manages
+    overrides, ``viewer`` a plain key), a selector rule; breakers trip at 3."""
     return f"""
 [providers.alpha]
 base_url = "{alpha}"
@@ -81,6 +82,7 @@ route = "steady-large"
 [keys.ops]
 key_env = "OPS_KEY"
 manage_overrides = true
+admin = true
 [keys.viewer]
 key_env = "VIEW_KEY"
 

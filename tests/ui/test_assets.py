@@ -33,6 +33,7 @@ def test_page_loads_without_a_key_and_with_a_strict_policy(client):
 @pytest.mark.parametrize(("name", "content_type"), [
     ("console.js", "text/javascript; charset=utf-8"),
     ("views.js", "text/javascript; charset=utf-8"),
+    ("usage.js", "text/javascript; charset=utf-8"),
     ("console.css", "text/css; charset=utf-8"),
 ])
 def test_assets_have_their_content_type(client, name, content_type):
@@ -72,7 +73,7 @@ def test_files_are_read_once(tmp_path):
 
 
 def test_scripts_never_write_markup():
-    for name in ("console.js", "views.js"):
+    for name in ("console.js", "views.js", "usage.js"):
         text = (STATIC / name).read_text()
         for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
             assert sink not in text, f"{name} uses {sink}"

@@ -39,6 +39,7 @@ targets = ["{LONG['target']}"]
 [keys."{LONG['key']}"]
 key_env = "OPS_KEY"
 manage_overrides = true
+admin = true
 """
 
 

@@ -371,6 +371,7 @@ class Key(_Strict):
     key_sha256: str | None = Field(default=None, repr=False)
     allowed_routes: list[str] | None = None
     manage_overrides: bool = False
+    admin: bool = False
     budget: Budget | None = None
 
     @model_validator(mode="after")

@@ -432,6 +432,6 @@ def _keys(raw: RawConfig, routes: Mapping[str, RouteSpec], env: Mapping[str, str
         out[kid] = KeySpec(
             id=kid, digest=digest,
             allowed_routes=frozenset(k.allowed_routes) if k.allowed_routes is not None else None,
-            manage_overrides=k.manage_overrides,
+            manage_overrides=k.manage_overrides, admin=k.admin,
             budget=BudgetSpec(k.budget.usd, k.budget.period) if k.budget else None)
     return out

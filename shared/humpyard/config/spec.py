@@ -286,6 +286,9 @@ class KeySpec:
     allowed_routes: frozenset[str] | None = None
     manage_overrides: bool = False
     budget: BudgetSpec | None = None
+    admin: bool = False
+    """Reads every key's decisions and stats, ``/v1/config``, ``/metrics`` and quota;
+    a key without it reads only its own (docs/security.md)."""
 
     def may_use(self, route: str) -> bool:
         return self.allowed_routes is None or route in self.allowed_routes

@@ -1,7 +1,10 @@
 """Read and admin APIs: models, health, decisions, stats, config, metrics.
 
-Every handler here requires a key when the gateway has keys. Overrides,
-explain and quota live in their own modules; ``http/app.py`` lists the paths.
+Every handler here requires a key when the gateway has keys. A key without
+``admin`` sees only its own decisions and stats, the health of the targets its
+routes use, and gets 403 from config and metrics (``guard.scope``,
+``guard.require_admin``). Overrides, explain and quota live in their own
+modules; ``http/app.py`` lists the paths.
 """
 
 from __future__ import annotations
@@ -12,17 +15,18 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from humpyard.config.spec import Config, RouteSpec
+from humpyard.config.spec import Config, KeySpec, RouteSpec
 from humpyard.errors import HumpyardError, RequestError, UnknownModel
 from humpyard.http.body import finite
 from humpyard.http.errors import json_response
-from humpyard.http.guard import gateway, guarded, require_key
+from humpyard.http.guard import gateway, guarded, require_admin, require_key, scope
 from humpyard.metrics import prometheus
 
 T = TypeVar("T")
 
 DAY = 86400.0
 MAX_WINDOW = 3660 * DAY  # ten years: past any retention, and what a store can index
+SERIES = ("hour", "day")
 
 
 def _model_entry(route: RouteSpec, config: Config) -> dict[str, Any]:
@@ -101,16 +105,28 @@ def read_after_flush(gw: Any, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
     return fn(*args, **kw)
 
 
+def _visible_targets(key: KeySpec | None, config: Config) -> frozenset[str] | None:
+    """The targets of the routes a key without ``admin`` may use; None: every target."""
+    if scope(key) is None or key is None or key.allowed_routes is None:
+        return None
+    return frozenset(t for name, r in config.routes.items() if key.may_use(name)
+                     for t in r.all_targets)
+
+
 @guarded
 async def health(request: Request) -> Response:
-    """``GET /v1/health``: every endpoint's breaker and readiness, and each target."""
-    require_key(request)
+    """``GET /v1/health``: every endpoint's breaker and readiness, and each target
+    (for a key without ``admin``, the targets of the routes it may use)."""
+    key = require_key(request)
     gw = gateway(request)
     now = gw.clock.now()
     views = gw.health.snapshot(now)
+    visible = _visible_targets(key, gw.config)
     endpoints = []
     targets = []
     for tname, t in gw.config.targets.items():
+        if visible is not None and tname not in visible:
+            continue
         states = []
         for ep in t.endpoints:
             v = views.get(ep.key) or gw.health.view(ep.key, now)
@@ -131,8 +147,9 @@ async def health(request: Request) -> Response:
 
 @guarded
 async def decisions(request: Request) -> Response:
-    """``GET /v1/decisions``: newest first, filtered, paged with ``cursor``."""
-    require_key(request)
+    """``GET /v1/decisions``: newest first, filtered, paged with ``cursor``; a key
+    without ``admin`` lists only its own (asking for another key's finds none)."""
+    own = scope(require_key(request))
     gw = gateway(request)
     q = request.query_params
     try:
@@ -140,7 +157,11 @@ async def decisions(request: Request) -> Response:
         since = finite(q["since"], "since") if "since" in q else None
     except ValueError:
         raise RequestError("limit and since must be numbers") from None
-    key_filter = q.get("key")
+    key_filter = q.get("key") or None
+    if own is not None:
+        if key_filter not in (None, own):
+            return json_response({"decisions": [], "next_cursor": None})
+        key_filter = own
     try:
         rows, cursor = await gw.reads.run(
             read_after_flush, gw, gw.store.list_decisions,
@@ -153,24 +174,35 @@ async def decisions(request: Request) -> Response:
 
 @guarded
 async def decision(request: Request) -> Response:
-    """``GET /v1/decisions/{request_id}``."""
-    require_key(request)
+    """``GET /v1/decisions/{request_id}``; another key's decision is 404 to a key
+    without ``admin``, the same answer as an id that does not exist."""
+    own = scope(require_key(request))
     gw = gateway(request)
     d = await gw.reads.run(read_after_flush, gw, gw.store.get_decision,
                            request.path_params["request_id"])
-    if d is None:
+    if d is None or (own is not None and d.get("key_id") != own):
         raise HumpyardError("no such decision", status=404, code="not_found")
     return json_response(d)
 
 
 @guarded
 async def stats(request: Request) -> Response:
-    """``GET /v1/stats?group_by=route|target|provider|key&window_secs=86400``."""
-    require_key(request)
+    """``GET /v1/stats?group_by=route|target|provider|key&window_secs=86400``, with
+    ``key=<id>`` for one key's requests and ``series=hour|day`` for each group's
+    buckets over time. A key without ``admin`` sees only its own requests."""
+    own = scope(require_key(request))
     gw = gateway(request)
-    group_by = request.query_params.get("group_by", "route")
+    q = request.query_params
+    group_by = q.get("group_by", "route")
     if group_by not in ("route", "target", "provider", "key"):
         raise RequestError(f"group_by: must be route, target, provider or key, got {group_by!r}")
+    series = q.get("series") or None
+    if series is not None and series not in SERIES:
+        raise RequestError(f"series: must be hour or day, got {series!r}")
+    key_filter = q.get("key") or None
+    others = own is not None and key_filter not in (None, own)  # finds none
+    if own is not None:
+        key_filter = own
     try:
         window = finite(request.query_params.get("window_secs", str(DAY)), "window_secs")
     except ValueError:
@@ -179,20 +211,27 @@ async def stats(request: Request) -> Response:
         raise RequestError(f"window_secs: must be positive, got {window:g}")
     window = min(window, MAX_WINDOW)
     now = gw.clock.now()
-    groups = await gw.reads.run(read_after_flush, gw, gw.store.stats, group_by,
-                                now - window, now)
+    groups = [] if others else await gw.reads.run(
+        read_after_flush, gw, gw.store.stats, group_by, now - window, now,
+        key_id=key_filter, series=series)
     if group_by == "target":
         for g in groups:
             fig = gw.latency.get(g["key"])
             g["current_latency_ms"] = round(fig.ms, 2) if fig else None
             g["latency_samples"] = fig.samples if fig else 0
-    return json_response({"group_by": group_by, "window_secs": window, "groups": groups})
+    out: dict[str, Any] = {"group_by": group_by, "window_secs": window, "groups": groups}
+    if key_filter is not None:
+        out["key"] = key_filter
+    if series is not None:
+        out["series"] = series
+    return json_response(out)
 
 
 @guarded
 async def config_view(request: Request) -> Response:
-    """``GET /v1/config``: the loaded configuration, overrides labelled, no secrets."""
-    require_key(request)
+    """``GET /v1/config``: the loaded configuration, overrides labelled, no secrets
+    (an ``admin`` key's: provider URLs and every key's budget are in it)."""
+    require_admin(request, "the configuration")
     gw = gateway(request)
     cfg = gw.config
     data = cfg.public_view()
@@ -218,8 +257,8 @@ async def config_view(request: Request) -> Response:
 
 @guarded
 async def metrics(request: Request) -> Response:
-    """``GET /metrics``: Prometheus text."""
-    require_key(request)
+    """``GET /metrics``: Prometheus text (an ``admin`` key's: every key's usage)."""
+    require_admin(request, "the metrics")
     gw = gateway(request)
     gw.refresh_gauges()
     return PlainTextResponse(prometheus.render(gw.metrics.metrics.collect()),

@@ -282,7 +282,8 @@ def _admin_ops() -> dict[tuple[str, str], Schema]:
                 "cooldown_source": OPT_STR, "readiness": STR}, "target", "state")),
                 "targets": arr(ANY_OBJECT)}, "endpoints", "targets"), "health"),
             **errors(*ADMIN_ERRORS)}),
-        ("GET", "/v1/decisions"): op("Recorded decisions, newest first", params=[
+        ("GET", "/v1/decisions"): op("Recorded decisions, newest first (a key without "
+                                     "admin: its own)", params=[
             query("route", STR, "only this route"), query("rule", STR, "only this rule"),
             query("outcome", STR, "only this outcome"), query("key", STR, "only this key id"),
             query("since", NUM, "epoch seconds"),
@@ -296,14 +297,18 @@ def _admin_ops() -> dict[tuple[str, str], Schema]:
         ("GET", "/v1/stats"): op("Requests, failures, latency and cost by group", params=[
             query("group_by", {"enum": ["route", "target", "provider", "key"]}, "grouping"),
             query("window_secs", {"type": "number", "exclusiveMinimum": 0},
-                  "how far back, seconds")],
+                  "how far back, seconds"),
+            query("key", STR, "only this key id's requests (a key without admin: always "
+                  "its own)"),
+            query("series", {"enum": ["hour", "day"]}, "each group's UTC buckets over time")],
             responses={"200": answer(obj({"group_by": STR, "window_secs": NUM,
                                           "groups": arr(group)}, "group_by", "groups"),
                                      "the groups"), **errors(*ADMIN_ERRORS)}),
-        ("GET", "/v1/config"): op("The loaded configuration, secrets never included",
+        ("GET", "/v1/config"): op("The loaded configuration, secrets never included (an "
+                                  "admin key's)",
                                   responses={"200": answer(ANY_OBJECT, "the configuration"),
                                              **errors(*ADMIN_ERRORS)}),
-        ("GET", "/metrics"): op("Prometheus metrics", responses={
+        ("GET", "/metrics"): op("Prometheus metrics (an admin key's)", responses={
             "200": answer(STR, "text exposition format", "text/plain"),
             **errors(*ADMIN_ERRORS)}),
         ("GET", "/v1/overrides"): op("Active overrides", responses={

@@ -1,7 +1,8 @@
 """``/v1/overrides``: runtime switches that only ever remove targets.
 
 Creating needs a ledger (409 without one: nothing would survive a restart)
-and, when keys exist, a key with ``manage_overrides``. Subjects must exist in
+and, when keys exist, a key with ``manage_overrides``; reading them (and
+their audit) a key with ``manage_overrides`` or ``admin``. Subjects must exist in
 the loaded configuration. Every create, removal and expiry is audited with
 the key id. Every store call runs on the gateway's read pool (``gw.reads``),
 never on the event loop; a change is read back into the gateway's state in
@@ -20,7 +21,7 @@ from humpyard.config.spec import Config
 from humpyard.errors import ConflictError, HumpyardError, StoreError
 from humpyard.http.body import read_json
 from humpyard.http.errors import json_response
-from humpyard.http.guard import gateway, guarded, require_key
+from humpyard.http.guard import gateway, guarded, require_admin, require_key
 from humpyard.overrides import is_stale, validate
 from humpyard.planning.types import Override
 
@@ -36,7 +37,7 @@ def view(ov: Override, config: Config, now: float) -> dict[str, Any]:
 
 @guarded
 async def list_overrides(request: Request) -> Response:
-    require_key(request)
+    require_admin(request, "overrides", or_manage=True)
     gw = gateway(request)
     now = gw.clock.now()
     items = await gw.reads.run(_listed, gw, now)
@@ -79,7 +80,7 @@ async def delete_override(request: Request) -> Response:
 
 @guarded
 async def override_audit(request: Request) -> Response:
-    require_key(request)
+    require_admin(request, "the override audit", or_manage=True)
     gw = gateway(request)
     if not gw.store.has_ledger:
         return json_response({"audit": []})

@@ -1,4 +1,5 @@
-"""``GET /v1/quota`` and ``GET /v1/quota/history``: provider usage windows."""
+"""``GET /v1/quota`` and ``GET /v1/quota/history``: provider usage windows (an
+``admin`` key's: they are the operator's provider accounts)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,19 @@ from starlette.responses import Response
 from humpyard.errors import RequestError
 from humpyard.http.body import finite
 from humpyard.http.errors import json_response
-from humpyard.http.guard import gateway, guarded, require_key
+from humpyard.http.guard import gateway, guarded, require_admin
 
 
 @guarded
 async def quota(request: Request) -> Response:
-    require_key(request)
+    require_admin(request, "provider quota")
     gw = gateway(request)
     return json_response(await gw.reads.run(gw.quota.view, gw.clock.now()))
 
 
 @guarded
 async def quota_history(request: Request) -> Response:
-    require_key(request)
+    require_admin(request, "provider quota")
     gw = gateway(request)
     q = request.query_params
     try:

@@ -72,6 +72,12 @@ class GatewayMetrics:
       counter: calls that got no slot within ``[router] slot_wait_secs``.
     - ``transaction_conflicts`` → ``humpyard_dynamodb_transaction_conflicts_total`` counter:
       DynamoDB transactions cancelled by a conflict (and retried); docs/decisions/0002.
+    - ``tokens`` → ``humpyard_tokens_total{key,route,target,kind}`` counter: tokens the
+      answering target reported, kind ``input`` (every prompt token), ``output``,
+      ``cache_read`` and ``cache_write`` (the part of the input read from and written
+      to the provider's prompt cache); key is the key id, "-" on an open gateway.
+    - ``cost_usd`` → ``humpyard_cost_usd_total{key,route,target}`` counter: USD the
+      answers cost at the target's configured price.
     - ``translation_drops`` → ``humpyard_translation_drops_total{protocol,what}``
       counter: translation notes (what a client protocol's translation could not
       carry as sent); protocol is the client's (``openai``, ``anthropic``,
@@ -182,6 +188,14 @@ class GatewayMetrics:
             "before a request head was read (max_connections, header_timeout, "
             "headers_too_large).", ("reason",))
 
+        self.tokens: Counter = m.counter(
+            "humpyard_tokens_total", "Tokens answered requests used, by key id, route, "
+            "target and kind (input, output, cache_read, cache_write).",
+            ("key", "route", "target", "kind"))
+        self.cost_usd: Counter = m.counter(
+            "humpyard_cost_usd_total", "USD answered requests cost at the configured "
+            "prices, by key id, route and target.", ("key", "route", "target"), unit="None")
+
     def names(self) -> frozenset[str]:
         """The metric names this set declares."""
         return frozenset(m.name for m in (
@@ -194,4 +208,4 @@ class GatewayMetrics:
             self.ledger_write_seconds, self.ledger_lost, self.transaction_conflicts,
             self.upstream_in_flight, self.upstream_waiting, self.upstream_slot_timeouts,
             self.refused, self.translation_drops, self.client_disconnects,
-            self.connections_refused))
+            self.connections_refused, self.tokens, self.cost_usd))

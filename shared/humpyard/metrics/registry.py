@@ -102,6 +102,20 @@ class Counter(_Metric):
                 old = 0
             self._values[key] = old + value
 
+    def add(self, key: LabelKey, value: float) -> None:
+        """``inc`` for a caller that has the label values as a tuple of strings, in
+        declaration order, already (the per-request usage counters)."""
+        if value < 0:
+            raise ValueError(f"{self.name}: a counter cannot decrease (got {value})")
+        if len(key) != len(self.labelnames):
+            raise ValueError(f"{self.name} takes labels {self.labelnames!r}")
+        with self._lock:
+            old = self._values.get(key)
+            if old is None:
+                self._admit(key)
+                old = 0
+            self._values[key] = old + value
+
     def value(self, **labels: Any) -> float:
         """The current total of one series (0 if it was never incremented)."""
         key = self._key(labels)

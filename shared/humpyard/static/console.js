@@ -1,5 +1,6 @@
 // humpyard operator console: shared helpers, the key, tabs and polling, and the
-// "Routes" and "Decisions" views. views.js adds Overrides, Explain and Quota.
+// "Routes" and "Decisions" views. views.js adds Overrides, Explain and Quota;
+// usage.js the Usage view and the search of decisions by request id.
 //
 // Rules this file keeps: server data only ever reaches the page as text
 // (textContent, attribute values), never as markup; the API key lives in
@@ -546,6 +547,7 @@ const HY = (() => {
   }
 
   let first = [];
+  HY.decisionDetail = detail;  // usage.js opens a decision found by its id
 
   HY.register("decisions", {
     every: () => (auto ? 3000 : 0),

@@ -315,11 +315,14 @@
       $("#stats-form").addEventListener("change", () => HY.refresh());
     },
     async refresh() {
-      const [quota, data] = await Promise.all([api("GET", "/v1/quota"),
-                                               api("GET", "/v1/stats" + query(statsParams()))]);
+      // Quota is an admin key's (403 to others, who still see their own stats).
+      const [quota, data] = await Promise.all([
+        api("GET", "/v1/quota").catch((e) => { if (e.status === 403) return {refused: e.describe()}; throw e; }),
+        api("GET", "/v1/stats" + query(statsParams()))]);
       const list = clear($("#quota-list"));
       const providers = quota.providers || [];
-      if (!providers.length) list.append(h("p", {class: "muted"}, "No provider has a quota_source."));
+      if (quota.refused) list.append(h("p", {class: "muted"}, quota.refused));
+      else if (!providers.length) list.append(h("p", {class: "muted"}, "No provider has a quota_source."));
       for (const p of providers) list.append(providerCard(p));
       stats(data);
     },

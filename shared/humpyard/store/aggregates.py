@@ -22,6 +22,18 @@ What is counted, per ``group_by``:
   read from and written to a provider's prompt cache, and ``cache_hit_ratio``
   is cache reads over input tokens.
 
+Each decision with a key is counted a second time under the scoped
+dimensions ``SCOPED`` (``key.route``, ``key.target``, ``key.provider``),
+whose group key is ``scope_prefix(key_id) + value``: what ``stats(...,
+key_id=...)`` reads, so one key's requests can be grouped by route, target or
+provider (a key without ``admin`` sees only those: docs/security.md). The
+prefix carries the key id's length, so no key id or name can pass for
+another's.
+
+``StatsQuery`` is what every backend's ``stats`` shares: it keeps the groups
+one ``group_by`` (and key) asks for, and with ``series`` (``hour`` or
+``day``, UTC) each group's buckets over time.
+
 Latency is kept as a fixed log-scale histogram: ``HIST_BUCKETS`` buckets
 from ``HIST_MIN_MS`` to ``HIST_MAX_MS``, each about 1.39 times wider than
 the one before; anything outside falls in the first or last bucket. The
@@ -40,8 +52,14 @@ from humpyard.store.decisions import DecisionRow
 
 STATS_GROUPS = ("route", "target", "provider", "key")
 """The ``group_by`` values ``stats`` accepts; ``key`` groups by ``key_id``."""
+SCOPED = {"route": "key.route", "target": "key.target", "provider": "key.provider"}
+"""The dimension holding one key's requests grouped by route, target or provider."""
+STATS_DIMS = STATS_GROUPS + tuple(SCOPED.values())
+"""Every dimension a store keeps buckets of."""
 
 HOUR = 3600
+DAY = 86400
+SERIES_STEPS = {"hour": HOUR, "day": DAY}
 HIST_BUCKETS = 40
 HIST_MIN_MS = 1.0
 HIST_MAX_MS = 600_000.0
@@ -51,6 +69,11 @@ _LOG_RATIO = math.log(HIST_MAX_MS / HIST_MIN_MS) / HIST_BUCKETS
 def hour_of(ts: float) -> int:
     """The start of the UTC hour holding ``ts``: the bucket a decision's stats go to."""
     return int(ts // HOUR) * HOUR
+
+
+def scope_prefix(key_id: str) -> str:
+    """The start of every scoped group key of ``key_id`` (its length, so unambiguous)."""
+    return f"{len(key_id)}:{key_id}|"
 
 
 def in_window(hour: int, since: float, until: float) -> bool:
@@ -130,14 +153,26 @@ class Aggregate:
 
 
 def _add(row: DecisionRow, at: Callable[[str, str | None], Aggregate]) -> None:
-    """Count ``row`` into the aggregates ``at(group_by, value)`` returns.
+    """Count ``row`` into the aggregates ``at(group_by, value)`` returns, and a
+    decision with a key once more into its key's ``SCOPED`` dimensions.
 
     A missing group value (no key on an open gateway, no target on a refusal)
     is passed as ``None``; the buckets keep it as the empty string and ``stats``
     answers show ``None``."""
+    _add_dims(row, at, (("route", row.route), ("key", row.key_id)))
+    if row.key_id:
+        prefix = scope_prefix(row.key_id)
+
+        def scoped(dim: str, value: str | None) -> Aggregate:
+            return at(SCOPED[dim], prefix + (value or ""))
+        _add_dims(row, scoped, (("route", row.route),))
+
+
+def _add_dims(row: DecisionRow, at: Callable[[str, str | None], Aggregate],
+              own: tuple[tuple[str, str | None], ...]) -> None:
     own_latency = row.latency_ms if row.outcome == "ok" else None
     served = (("target", row.target), ("provider", row.provider))
-    for dim, value in (("route", row.route), ("key", row.key_id)):
+    for dim, value in own:
         a = at(dim, value)
         a.count(row.failed, own_latency)
         a.charge(row)
@@ -208,6 +243,75 @@ def stats_rows(groups: Mapping[str, Aggregate]) -> list[dict[str, Any]]:
         })
     rows.sort(key=lambda r: (-int(r["requests"]), r["key"] or ""))
     return rows
+
+
+class StatsQuery:
+    """One ``stats`` read: which buckets it keeps, summed per group (and per
+    ``series`` step), whatever backend hands them over.
+
+    ``dim`` is the dimension to read; ``add``/``add_hist`` take a bucket's
+    group key (those of other keys are dropped) and ``rows`` gives the answer.
+    """
+
+    __slots__ = ("dim", "prefix", "exact", "step", "groups", "series")
+
+    def __init__(self, group_by: str, key_id: str | None = None,
+                 series: str | None = None) -> None:
+        check_group_by(group_by)
+        if series is not None and series not in SERIES_STEPS:
+            raise ValueError(f"series must be one of {', '.join(SERIES_STEPS)}, not {series!r}")
+        self.step = SERIES_STEPS[series] if series else 0
+        self.exact: str | None = None
+        self.prefix = ""
+        if key_id is None:
+            self.dim = group_by
+        elif group_by == "key":
+            self.dim, self.exact = "key", key_id
+        else:
+            self.dim, self.prefix = SCOPED[group_by], scope_prefix(key_id)
+        self.groups: dict[str, Aggregate] = {}
+        self.series: dict[str, dict[int, Aggregate]] = {}
+
+    def _name(self, gkey: str) -> str | None:
+        if self.exact is not None:
+            return gkey if gkey == self.exact else None
+        if self.prefix:
+            return gkey[len(self.prefix):] if gkey.startswith(self.prefix) else None
+        return gkey
+
+    def add(self, gkey: str, hour: int, share: Aggregate) -> None:
+        """Add one hourly bucket (its latency histogram included, if it has one)."""
+        name = self._name(gkey)
+        if name is None:
+            return
+        self.groups.setdefault(name, Aggregate()).merge(share)
+        if self.step:
+            start = hour // self.step * self.step
+            points = self.series.setdefault(name, {})
+            points.setdefault(start, Aggregate()).merge(share)
+
+    def add_hist(self, gkey: str, bucket: int, count: int) -> None:
+        """Add a latency histogram count (kept apart from the counters by SQLite)."""
+        name = self._name(gkey)
+        if name is not None:
+            hist = self.groups.setdefault(name, Aggregate()).hist
+            hist[bucket] = hist.get(bucket, 0) + count
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The answer: ``stats_rows``, each group with its ``series`` when asked."""
+        rows = stats_rows(self.groups)
+        if self.step:
+            for row in rows:
+                points = self.series.get(row["key"] or "", {})
+                row["series"] = [_point(t, points[t]) for t in sorted(points)]
+        return rows
+
+
+def _point(start: int, a: Aggregate) -> dict[str, Any]:
+    return {"t": start, "requests": a.requests, "failures": a.failures,
+            "cost_usd": round(a.cost_usd, 6), "input_tokens": a.input_tokens,
+            "output_tokens": a.output_tokens, "cache_read_tokens": a.cache_read_tokens,
+            "cache_write_tokens": a.cache_write_tokens}
 
 
 def check_group_by(group_by: str) -> str:

@@ -135,8 +135,15 @@ class LedgerStore(Protocol):
         """``get_spend`` for many keys in one read: every key given is in the answer."""
         ...
 
-    def stats(self, group_by: str, since: float, until: float) -> list[dict[str, Any]]:
+    def stats(self, group_by: str, since: float, until: float, *, key_id: str | None = None,
+              series: str | None = None) -> list[dict[str, Any]]:
         """Per-group totals over the hourly buckets that overlap ``[since, until)``.
+
+        ``key_id``: only that key's requests (grouped by ``group_by``; with
+        ``group_by="key"`` its one group). ``series`` (``hour`` or ``day``, UTC):
+        each entry also has ``series``, its non-empty buckets oldest first, each
+        ``{t, requests, failures, cost_usd, input_tokens, output_tokens,
+        cache_read_tokens, cache_write_tokens}`` with ``t`` the bucket's start.
 
         ``group_by`` is ``route``, ``target``, ``provider`` or ``key``. Each
         entry: ``key`` (None for decisions without that field), ``requests``

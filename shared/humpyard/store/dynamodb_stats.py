@@ -16,7 +16,9 @@ its next flush. A flush that fails keeps what it could not write pending
 for the next one; an instance that is reaped without ``close`` loses at
 most ``stats_flush_secs`` of its own stats (never a decision).
 
-Items live in the state table under ``stats#<group_by>#<shard>`` (shard
+Items live in the state table under ``stats#<dimension>#<shard>`` (the
+``group_by`` values and the scoped ``key.route``, ``key.target``,
+``key.provider`` of ``aggregates.SCOPED``) (shard
 0..``STATS_SHARDS``-1, drawn per item and flush) with sort key
 ``<hour>#<group key>``, so a group's writes spread over the shards and a
 read is one Query per shard.
@@ -145,11 +147,12 @@ class DynamoDBStats(DynamoDBBase):
                 "UpdateExpression": f"ADD {', '.join(adds)} SET {sets}",
                 "ExpressionAttributeNames": names, "ExpressionAttributeValues": values}
 
-    def stats(self, group_by: str, since: float, until: float) -> list[dict[str, Any]]:
-        dim = agg.check_group_by(group_by)
+    def stats(self, group_by: str, since: float, until: float, *, key_id: str | None = None,
+              series: str | None = None) -> list[dict[str, Any]]:
+        query = agg.StatsQuery(group_by, key_id, series)
+        dim = query.dim
         low = max(0, agg.hour_of(since))
         high = min(math.ceil(until), MAX_HOUR)  # hours h < until, as whole seconds
-        groups: dict[str, agg.Aggregate] = {}
         if high <= low:
             return []
         for shard in range(STATS_SHARDS):
@@ -159,19 +162,18 @@ class DynamoDBStats(DynamoDBBase):
                     ExpressionAttributeValues={":p": stats_pk(dim, shard),
                                                ":lo": S(int_key(low)),
                                                ":hi": S(int_key(high))}):
-                group = groups.setdefault(as_str(item, "gkey") or "", agg.Aggregate())
-                group.merge(_aggregate(item))
+                query.add(as_str(item, "gkey") or "", as_int(item, "hour"), _aggregate(item))
         with self._stats_lock:
             for (d, hour, gkey), share in self._pending_stats.items():
                 if d == dim and low <= hour < until:
-                    groups.setdefault(gkey, agg.Aggregate()).merge(share)
-        return agg.stats_rows(groups)
+                    query.add(gkey, hour, share)
+        return query.rows()
 
     def _purge_stats(self, before: float) -> None:
         """Stats buckets whose hour ended by ``before`` (pending ones are flushed first)."""
         self.flush_stats()
         cut = int_key(max(0, math.floor(before - agg.HOUR) + 1))  # hour + HOUR <= before
-        for dim in agg.STATS_GROUPS:
+        for dim in agg.STATS_DIMS:
             for shard in range(STATS_SHARDS):
                 self._delete_keys(self.state_table, [key_of(i) for i in self._query(
                     TableName=self.state_table, ProjectionExpression="pk, sk",

@@ -146,14 +146,14 @@ class MemoryStore(LiveStateDelegate):
         with self._locked():
             return {k: self._spend.get((k, p), 0.0) for k, p in period_by_key.items()}
 
-    def stats(self, group_by: str, since: float, until: float) -> list[dict[str, Any]]:
-        agg.check_group_by(group_by)
-        groups: dict[str, agg.Aggregate] = {}
+    def stats(self, group_by: str, since: float, until: float, *, key_id: str | None = None,
+              series: str | None = None) -> list[dict[str, Any]]:
+        query = agg.StatsQuery(group_by, key_id, series)
         with self._locked():
             for (dim, hour, gkey), bucket in self._stats.items():
-                if dim == group_by and agg.in_window(hour, since, until):
-                    groups.setdefault(gkey, agg.Aggregate()).merge(bucket)
-        return agg.stats_rows(groups)
+                if dim == query.dim and agg.in_window(hour, since, until):
+                    query.add(gkey, hour, bucket)
+        return query.rows()
 
     def purge(self, before: float) -> int:
         with self._locked():

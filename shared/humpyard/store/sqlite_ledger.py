@@ -187,25 +187,27 @@ class SQLiteLedger(SQLiteBase):
                 out[key_id] = float(found[0]) if found else 0.0
         return out
 
-    def stats(self, group_by: str, since: float, until: float) -> list[dict[str, Any]]:
-        dim = agg.check_group_by(group_by)
-        window = (dim, agg.hour_of(since), until)
-        groups: dict[str, agg.Aggregate] = {}
+    def stats(self, group_by: str, since: float, until: float, *, key_id: str | None = None,
+              series: str | None = None) -> list[dict[str, Any]]:
+        query = agg.StatsQuery(group_by, key_id, series)
+        window = (query.dim, agg.hour_of(since), until)
+        by_hour = ", hour" if query.step else ""
         with self._read() as conn:
-            for gkey, req, fail, cost, tin, tout, read, wrote in conn.execute(
-                    """SELECT gkey, SUM(requests), SUM(failures), SUM(cost_usd),
-                       SUM(input_tokens), SUM(output_tokens), SUM(cache_read_tokens),
-                       SUM(cache_write_tokens) FROM stats_buckets
-                       WHERE dim = ? AND hour >= ? AND hour < ? GROUP BY gkey""", window):
-                groups[gkey] = agg.Aggregate(requests=req, failures=fail, cost_usd=cost,
-                                             input_tokens=tin, output_tokens=tout,
-                                             cache_read_tokens=read, cache_write_tokens=wrote)
+            for gkey, hour, req, fail, cost, tin, tout, read, wrote in conn.execute(
+                    f"""SELECT gkey, {'hour' if query.step else '0'}, SUM(requests),
+                       SUM(failures), SUM(cost_usd), SUM(input_tokens), SUM(output_tokens),
+                       SUM(cache_read_tokens), SUM(cache_write_tokens) FROM stats_buckets
+                       WHERE dim = ? AND hour >= ? AND hour < ? GROUP BY gkey{by_hour}""",
+                    window):
+                query.add(gkey, hour, agg.Aggregate(
+                    requests=req, failures=fail, cost_usd=cost, input_tokens=tin,
+                    output_tokens=tout, cache_read_tokens=read, cache_write_tokens=wrote))
             for gkey, bucket, count in conn.execute(
                     """SELECT gkey, bucket, SUM(count) FROM stats_latency
                        WHERE dim = ? AND hour >= ? AND hour < ? GROUP BY gkey, bucket""",
                     window):
-                groups.setdefault(gkey, agg.Aggregate()).hist[bucket] = count
-        return agg.stats_rows(groups)
+                query.add_hist(gkey, bucket, count)
+        return query.rows()
 
     def purge(self, before: float) -> int:
         with self._tx() as conn:

@@ -10,6 +10,8 @@ guessed at. Never edit a released migration; append a new one.
 - v2: hourly stats aggregates, backfilled from the decisions already stored.
 - v3: quota snapshots and history.
 - v4: prompt-cache token counts (reads, writes) on usage rows and stats buckets.
+- v5: stats buckets of each key by route, target and provider (the scoped
+  dimensions of ``store/aggregates.py``), backfilled from the decisions stored.
 
 The decision and usage columns are a public interface: operators query
 them with the sqlite3 shell (docs/operations.md, "Tuning the prompt estimate").
@@ -23,8 +25,8 @@ import sqlite3
 from collections.abc import Callable
 
 from humpyard.errors import StoreError
-from humpyard.store.aggregates import bucket_totals
-from humpyard.store.decisions import decision_row
+from humpyard.store.aggregates import SCOPED, STATS_GROUPS, bucket_totals
+from humpyard.store.decisions import DecisionRow, decision_row
 
 logger = logging.getLogger("humpyard.store")
 
@@ -76,8 +78,7 @@ _V2_LATENCY = """INSERT INTO stats_latency (dim, hour, gkey, bucket, count)
     ON CONFLICT (dim, hour, gkey, bucket) DO UPDATE SET count = count + excluded.count"""
 
 
-def _backfill_stats(conn: sqlite3.Connection) -> None:
-    """Fold the decisions a v1 ledger holds into the new aggregates."""
+def _stored_rows(conn: sqlite3.Connection) -> list[DecisionRow]:
     skipped = 0
     rows = []
     for (body,) in conn.execute("SELECT body FROM decisions").fetchall():
@@ -85,15 +86,22 @@ def _backfill_stats(conn: sqlite3.Connection) -> None:
             rows.append(decision_row(json.loads(body)))
         except ValueError:
             skipped += 1
-    totals = bucket_totals(rows).items()
+    if skipped:
+        logger.warning("stats backfill skipped %d unreadable decisions", skipped)
+    return rows
+
+
+def _backfill_stats(conn: sqlite3.Connection) -> None:
+    """Fold the decisions a v1 ledger holds into the new aggregates (the dimensions
+    v2 knew: v5 backfills the scoped ones)."""
+    totals = [(k, a) for k, a in bucket_totals(_stored_rows(conn)).items()
+              if k[0] in STATS_GROUPS]
     conn.executemany(_V2_BUCKET, [
         (dim, hour, gkey, a.requests, a.failures, a.cost_usd, a.input_tokens, a.output_tokens)
         for (dim, hour, gkey), a in totals])
     conn.executemany(_V2_LATENCY, [(dim, hour, gkey, bucket, n)
                                    for (dim, hour, gkey), a in totals
                                    for bucket, n in a.hist.items()])
-    if skipped:
-        logger.warning("stats backfill skipped %d unreadable decisions", skipped)
 
 
 V2: tuple[Step, ...] = (
@@ -127,7 +135,27 @@ V4: tuple[Step, ...] = (
     "ALTER TABLE stats_buckets ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0",
 )
 
-MIGRATIONS: tuple[tuple[int, tuple[Step, ...]], ...] = ((1, V1), (2, V2), (3, V3), (4, V4))
+_V5_BUCKET = """INSERT INTO stats_buckets
+    (dim, hour, gkey, requests, failures, cost_usd, input_tokens, output_tokens,
+     cache_read_tokens, cache_write_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+
+
+def _backfill_scoped(conn: sqlite3.Connection) -> None:
+    """Each key's requests by route, target and provider, from the decisions stored."""
+    scoped = frozenset(SCOPED.values())
+    totals = [(k, a) for k, a in bucket_totals(_stored_rows(conn)).items() if k[0] in scoped]
+    conn.executemany(_V5_BUCKET, [
+        (dim, hour, gkey, a.requests, a.failures, a.cost_usd, a.input_tokens, a.output_tokens,
+         a.cache_read_tokens, a.cache_write_tokens) for (dim, hour, gkey), a in totals])
+    conn.executemany(_V2_LATENCY, [(dim, hour, gkey, bucket, n)
+                                   for (dim, hour, gkey), a in totals
+                                   for bucket, n in a.hist.items()])
+
+
+V5: tuple[Step, ...] = (_backfill_scoped,)
+
+MIGRATIONS: tuple[tuple[int, tuple[Step, ...]], ...] = (
+    (1, V1), (2, V2), (3, V3), (4, V4), (5, V5))
 LATEST = MIGRATIONS[-1][0]
 
 

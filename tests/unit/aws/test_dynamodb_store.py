@@ -94,8 +94,9 @@ def test_stats_are_summed_in_the_instance_and_flushed_as_one_add_per_group(
 
     clock.advance(30.0)
     writer.append_decision(decision("r30", T0 + 30))
-    # route, key, target, provider of one hour: four ADDs for 31 decisions
-    assert writer_calls.delta() == {"PutItem": 1, "UpdateItem": 4}
+    # route, key, target, provider of one hour, and the key's route, target and
+    # provider (aggregates.SCOPED): seven ADDs for 31 decisions
+    assert writer_calls.delta() == {"PutItem": 1, "UpdateItem": 7}
     [row] = reader.stats("route", T0, T0 + 3600)
     assert row["requests"] == 31 and row["cost_usd"] == pytest.approx(0.31)
     assert reader.stats("route", T0, T0 + 3600) == writer.stats("route", T0, T0 + 3600)
@@ -103,7 +104,7 @@ def test_stats_are_summed_in_the_instance_and_flushed_as_one_add_per_group(
 
     writer.append_decision(decision("r31", T0 + 31))
     writer.close()  # the instance's last flush
-    assert writer_calls.delta() == {"PutItem": 1, "UpdateItem": 4}
+    assert writer_calls.delta() == {"PutItem": 1, "UpdateItem": 7}
     assert reader.stats("key", T0, T0 + 3600)[0]["requests"] == 32
 
 
@@ -112,7 +113,7 @@ def test_with_no_flush_interval_stats_are_written_with_each_decision(
     counted = count_calls(client)
     store = DynamoDBStore(STATE, LEDGER, clock=clock, client=counted, stats_flush_secs=0)
     store.append_decision(decision("r1", T0))
-    assert counted.delta() == {"PutItem": 1, "UpdateItem": 4}
+    assert counted.delta() == {"PutItem": 1, "UpdateItem": 7}
     assert store.pending_stats == 0
 
 
@@ -130,7 +131,7 @@ def test_a_failed_stats_flush_keeps_them_for_the_next(client: Any, clock: FakeCl
     failing = Failing(client, times=4, operations=frozenset({"UpdateItem"}))
     store = DynamoDBStore(STATE, LEDGER, clock=clock, client=failing, stats_flush_secs=0)
     store.append_decision(decision("r1", T0))  # logged, not raised: the decision is written
-    assert store.pending_stats == 4
+    assert store.pending_stats == 7  # the four groups and the key's three scoped ones
     store.append_decision(decision("r2", T0 + 1))
     assert store.pending_stats == 0
     reader = DynamoDBStore(STATE, LEDGER, clock=clock, client=client)

@@ -127,6 +127,8 @@ def test_gateway_metrics_names_labels_and_kinds() -> None:
                               ("protocol", "what")),
         "client_disconnects": ("humpyard_client_disconnects_total", Counter, ("phase",)),
         "connections_refused": ("humpyard_connections_refused_total", Counter, ("reason",)),
+        "tokens": ("humpyard_tokens_total", Counter, ("key", "route", "target", "kind")),
+        "cost_usd": ("humpyard_cost_usd_total", Counter, ("key", "route", "target")),
     }
     for attr, (name, kind, labels) in expected.items():
         metric = getattr(gm, attr)
@@ -134,6 +136,21 @@ def test_gateway_metrics_names_labels_and_kinds() -> None:
     assert gm.names() == {name for name, _, _ in expected.values()}
     again = GatewayMetrics(gm.metrics)
     assert again.requests is gm.requests
+
+
+def test_a_counter_adds_by_a_label_tuple_as_inc_does() -> None:
+    m = Metrics()
+    c = m.counter("humpyard_x_total", "x", ("key", "kind"))
+    c.add(("ci", "input"), 5)
+    c.inc(3, key="ci", kind="input")
+    assert c.value(key="ci", kind="input") == 8
+    with pytest.raises(ValueError):
+        c.add(("ci",), 1)  # the wrong number of labels
+    with pytest.raises(ValueError):
+        c.add(("ci", "input"), -1)
+    m.forbid_label_values(["sk-secret"])
+    with pytest.raises(ValueError):
+        c.add(("sk-secret", "input"), 1)
 
 
 def test_inc_and_observe_are_thread_safe() -> None:
