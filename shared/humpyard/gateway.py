@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from humpyard.allowance import Allowance
 from humpyard.clock import Clock, SystemClock
 from humpyard.config.spec import Config
 from humpyard.executor.walk import Executor
@@ -103,6 +104,7 @@ class Gateway:
         # frozen once its answer is complete (Lambda: see aws/flush.py).
         self.record_before_reply = False
         self.refusals = RateSampler(config.refused_per_minute)
+        self.allowance = Allowance()  # budget reservations and per-key limits in flight
         self.executor = Executor(self.client, self.health, self.readiness, self.clock,
                                  self.rng, on_latency=self._on_latency, on_event=self._on_event)
 
@@ -306,7 +308,8 @@ class Gateway:
             for key, v in self.health.snapshot(now).items()
         }
         return StateSnapshot(health=health, latency=self.latency_book.figures(now),
-                             overrides=shared.overrides, spend_usd=shared.spend, taken_at=now)
+                             overrides=shared.overrides, spend_usd=shared.spend, taken_at=now,
+                             reserved_usd=self.allowance.reserved())
 
     def add_spend(self, key_id: str, period: str, usd: float) -> None:
         """Count spend at once locally and in the store off the request path.

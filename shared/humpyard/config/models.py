@@ -350,6 +350,9 @@ class Key(_Strict):
     allowed_routes: list[str] | None = None
     manage_overrides: bool = False
     budget: Budget | None = None
+    rpm_limit: int | None = Field(default=None, ge=1, le=100_000_000)
+    tpm_limit: int | None = Field(default=None, ge=1, le=100_000_000_000)
+    max_parallel_requests: int | None = Field(default=None, ge=1, le=1_000_000)
 
     @model_validator(mode="after")
     def _one_source(self) -> Key:

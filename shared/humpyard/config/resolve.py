@@ -375,5 +375,7 @@ def _keys(raw: RawConfig, routes: Mapping[str, RouteSpec], env: Mapping[str, str
             id=kid, digest=digest,
             allowed_routes=frozenset(k.allowed_routes) if k.allowed_routes is not None else None,
             manage_overrides=k.manage_overrides,
-            budget=BudgetSpec(k.budget.usd, k.budget.period) if k.budget else None)
+            budget=BudgetSpec(k.budget.usd, k.budget.period) if k.budget else None,
+            rpm_limit=k.rpm_limit, tpm_limit=k.tpm_limit,
+            max_parallel_requests=k.max_parallel_requests)
     return out

@@ -258,6 +258,9 @@ class KeySpec:
     allowed_routes: frozenset[str] | None = None
     manage_overrides: bool = False
     budget: BudgetSpec | None = None
+    rpm_limit: int | None = None  # requests per minute (docs/routing.md, "Per-key limits")
+    tpm_limit: int | None = None  # input + output tokens per minute
+    max_parallel_requests: int | None = None  # in flight at once
 
     def may_use(self, route: str) -> bool:
         return self.allowed_routes is None or route in self.allowed_routes

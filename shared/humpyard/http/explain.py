@@ -10,6 +10,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from humpyard.allowance import limited
 from humpyard.errors import RequestError
 from humpyard.flow import is_subagent
 from humpyard.http.body import read_json
@@ -72,4 +73,7 @@ async def explain_route(request: Request) -> Response:
     answer = explain(facts, gw.snapshot(now), gw.config, now,
                      recent=recent_by_target(gw, now), health_views=views,
                      policy=gw.policy)
+    # The key's per-key limits now (allowance.py): what the next request would meet.
+    answer["limits"] = (gw.allowance.state(key, now).to_dict()
+                        if key is not None and limited(key) else None)
     return json_response(answer)

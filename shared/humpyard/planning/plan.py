@@ -103,7 +103,9 @@ def _policy_step(w: steps.Work, facts: RequestFacts, snapshot: StateSnapshot,
                  policy: RoutingPolicy | None, sel: Selection) -> None:
     route = w.info.spec
     exhausted = w.cc.budget.exhausted(facts, snapshot)
-    steps.apply_policy(w, facts, snapshot, None if is_allow_all(policy) else policy, exhausted)
+    left = None if exhausted else w.cc.budget.left(facts, snapshot)
+    steps.apply_policy(w, facts, snapshot, None if is_allow_all(policy) else policy, exhausted,
+                       left)
     if w.servable():
         return
     refusal = BudgetExhausted if any(r.step == "budget" for r in w.removals) \

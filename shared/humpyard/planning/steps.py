@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from humpyard.config.spec import EndpointSpec
 from humpyard.planning.compiled import CompiledConfig, RouteInfo, SnapshotView
-from humpyard.planning.policy import BUDGET_EXHAUSTED, RoutingPolicy
+from humpyard.planning.policy import BUDGET_EXHAUSTED, RoutingPolicy, worst_cost
 from humpyard.planning.types import Override, Removal, RequestFacts, StateSnapshot
 
 TOOLS = "tools_unsupported"
@@ -89,8 +89,11 @@ def apply_classes(w: Work) -> None:
 
 
 def apply_policy(w: Work, facts: RequestFacts, snapshot: StateSnapshot,
-                 policy: RoutingPolicy | None, budget_exhausted: bool) -> None:
-    """The embedder's policy, then the budget: a target must satisfy both."""
+                 policy: RoutingPolicy | None, budget_exhausted: bool,
+                 budget_left: float | None = None) -> None:
+    """The embedder's policy, then the budget: a target must satisfy both. With
+    ``budget_left`` (USD the key may still reserve), a priced target whose
+    worst-case cost does not fit is removed too (budget reservations)."""
     if policy is not None:
         targets = w.cc.targets
         route = w.info.spec
@@ -101,6 +104,12 @@ def apply_policy(w: Work, facts: RequestFacts, snapshot: StateSnapshot,
     if budget_exhausted:
         for t in w.info.priced:
             if t not in w.gone:
+                w.remove(Removal(t, "budget", BUDGET_EXHAUSTED))
+    elif budget_left is not None:
+        targets = w.cc.targets
+        for t in w.info.priced:
+            if t not in w.gone and worst_cost(targets[t].spec.endpoints,
+                                              facts) > budget_left + 1e-12:
                 w.remove(Removal(t, "budget", BUDGET_EXHAUSTED))
 
 
