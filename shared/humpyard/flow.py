@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from humpyard.allowance import Hold, limit_headers
+from humpyard.allowance import Hold, limit_headers, limited
 from humpyard.config.names import CREDENTIAL_HEADERS
 from humpyard.errors import BudgetExhausted, HumpyardError, RateLimited
 from humpyard.executor.count import count_upstream
@@ -103,19 +103,23 @@ async def serve(gw: Gateway, call: Call) -> Served:
 
 def _admit(gw: Gateway, call: Call, facts: RequestFacts) -> Hold | None:
     """Take the request's share of its key's limits (``RateLimited`` beyond one) and
-    leave on ``call`` how to give it back when the record closes (``recording.py``)."""
+    leave on ``call`` how to give it back when the record closes (``recording.py``);
+    the tokens an answer used count against its provider's ``tpm_limit`` then too."""
     key = call.key
-    if key is None or (key.budget is None and key.rpm_limit is None
-                       and key.tpm_limit is None and key.max_parallel_requests is None):
+    keyed = key is not None and (key.budget is not None or limited(key))
+    provider_tpm = any(p.tpm_limit is not None for p in call.config.providers.values())
+    if not keyed and not provider_tpm:
         return None
-    tokens = (facts.prompt_tokens or 0) + (facts.max_tokens or 0)
-    try:
-        hold, state = gw.allowance.admit(key, tokens, call.ts)
-    except RateLimited as e:
-        call.limit_headers = limit_headers(getattr(e, "state", None), call.protocol)
-        raise
-    call.limit_headers = limit_headers(state, call.protocol)
-    allowance = gw.allowance
+    hold: Hold | None = None
+    if key is not None and keyed:
+        tokens = (facts.prompt_tokens or 0) + (facts.max_tokens or 0)
+        try:
+            hold, state = gw.allowance.admit(key, tokens, call.ts)
+        except RateLimited as e:
+            call.limit_headers = limit_headers(getattr(e, "state", None), call.protocol)
+            raise
+        call.limit_headers = limit_headers(state, call.protocol)
+    allowance, pacing, config, clock = gw.allowance, gw.pacing, call.config, gw.clock
 
     def settle(decision: Mapping[str, Any] | None) -> None:
         usage = decision.get("usage") if decision else None
@@ -124,7 +128,11 @@ def _admit(gw: Gateway, call: Call, facts: RequestFacts) -> Hold | None:
                 usage.get("output_tokens") or 0)
         else:  # answered without usage: keep the estimate; refused or failed: none used
             used = None if decision and decision.get("status") == 200 else 0
-        allowance.settle(hold, used)
+        if hold is not None:
+            allowance.settle(hold, used)
+        provider = config.providers.get(decision.get("provider") or "") if decision else None
+        if used and provider is not None and provider.tpm_limit is not None:
+            pacing.count(provider.name, None, provider.tpm_limit, clock.now(), tokens=used)
 
     call.settle = settle
     return hold

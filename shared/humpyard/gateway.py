@@ -24,6 +24,7 @@ from humpyard.config.spec import Config
 from humpyard.executor.walk import Executor
 from humpyard.health.book import HealthBook
 from humpyard.health.breaker import ENDPOINT_STATES, HealthSettings
+from humpyard.health.pacing import Pacing
 from humpyard.health.readiness import ReadinessProber
 from humpyard.latency import LatencyBook, LocalLatency
 from humpyard.ledger.periods import period_key
@@ -107,6 +108,7 @@ class Gateway:
         self.allowance = Allowance()  # budget reservations and per-key limits in flight
         self.executor = Executor(self.client, self.health, self.readiness, self.clock,
                                  self.rng, on_latency=self._on_latency, on_event=self._on_event)
+        self.pacing = self.executor.pacing = Pacing()  # upstreams' rate-limit headers
 
     def _http(self) -> httpx.AsyncClient:
         return self.client.http  # built on first use: probes and quota polls only
@@ -309,7 +311,8 @@ class Gateway:
         }
         return StateSnapshot(health=health, latency=self.latency_book.figures(now),
                              overrides=shared.overrides, spend_usd=shared.spend, taken_at=now,
-                             reserved_usd=self.allowance.reserved())
+                             reserved_usd=self.allowance.reserved(),
+                             paced=self.pacing.paced(now))
 
     def add_spend(self, key_id: str, period: str, usd: float) -> None:
         """Count spend at once locally and in the store off the request path.

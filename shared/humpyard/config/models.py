@@ -83,6 +83,8 @@ class Provider(_Strict):
     client_cert: str | None = Field(default=None, min_length=1)
     client_key: str | None = Field(default=None, min_length=1)
     max_concurrent: int | None = Field(default=None, ge=1, le=1_000_000)
+    rpm_limit: int | None = Field(default=None, ge=1, le=100_000_000)  # pacing: health/pacing.py
+    tpm_limit: int | None = Field(default=None, ge=1, le=100_000_000_000)
 
     @field_validator("base_url")
     @classmethod

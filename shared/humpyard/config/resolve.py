@@ -166,7 +166,8 @@ def _providers(raw: RawConfig, env: Mapping[str, str], errors: list[str],
             quota_source=p.quota_source, api_key_env=p.api_key_env, api_key=key,
             catalog_id=p.catalog_id,
             proxy=p.proxy, ca_file=p.ca_file, client_cert=p.client_cert,
-            client_key=p.client_key, max_concurrent=p.max_concurrent, protocol=p.protocol)
+            client_key=p.client_key, max_concurrent=p.max_concurrent, protocol=p.protocol,
+            rpm_limit=p.rpm_limit, tpm_limit=p.tpm_limit)
     return out
 
 

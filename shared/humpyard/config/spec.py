@@ -210,6 +210,8 @@ class ProviderSpec:
     client_key: str | None = None
     max_concurrent: int | None = None
     protocol: str = "openai"  # "anthropic": Anthropic Messages at {base_url}/messages
+    rpm_limit: int | None = None  # the provider's own limits, for pacing (health/pacing.py)
+    tpm_limit: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

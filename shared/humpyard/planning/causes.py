@@ -108,4 +108,7 @@ def describe(removals: Iterable[Removal], cc: CompiledConfig, route: str,
     if "health" in by_step:
         clauses.append(f"health skipped {_names(r.target for r in by_step['health'])} "
                        "(cooling down)")
+    if "pacing" in by_step:
+        clauses.append(f"pacing skipped {_names(r.target for r in by_step['pacing'])} "
+                       "(its upstream has no rate limit left until its reset)")
     return clauses

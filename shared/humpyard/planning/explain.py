@@ -39,6 +39,7 @@ _REMOVAL_LISTS = (
     ("incapable_targets", ("capability",)),
     ("overridden_targets", ("override",)),
     ("health_skipped_targets", ("health",)),
+    ("paced_targets", ("pacing",)),
 )
 
 

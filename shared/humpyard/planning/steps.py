@@ -10,7 +10,7 @@ and refusing, is ``plan.py``'s job.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from humpyard.config.spec import EndpointSpec
 from humpyard.planning.compiled import CompiledConfig, RouteInfo, SnapshotView
@@ -21,6 +21,7 @@ TOOLS = "tools_unsupported"
 VISION = "vision_unsupported"
 WINDOW = "context_window_exceeded"
 COLD = "cold"
+PACED = "upstream_rate_limited"
 
 
 def _first(pair: tuple[float, str]) -> float:
@@ -256,3 +257,27 @@ def apply_health(w: Work, view: SnapshotView, skip_cold: bool) -> None:
     for t in gone:
         del w.cold[t]
         w.remove(Removal(t, "health", COLD))
+
+
+def _paced(w: Work, target: str, paced: Mapping[str, float], now: float) -> bool:
+    """Whether every endpoint left to ``target`` is paced (by endpoint or provider)."""
+    for e in w.endpoints(target):
+        if paced.get(e.key, 0.0) <= now and paced.get(e.provider, 0.0) <= now:
+            return False
+    return True
+
+
+def apply_pacing(w: Work, paced: Mapping[str, float], now: float) -> None:
+    """Skip targets whose upstreams said they will refuse (``health/pacing.py``) where a
+    target of the same group (members, tail) is not paced; never empties a group, and
+    a tiered route keeps every tier target (its tiers substitute on their own)."""
+    if w.info.tiered:
+        return
+    gone: list[str] = []
+    for names in (w.members(), w.tail()):
+        hit = [t for t in names if _paced(w, t, paced, now)]
+        if hit and len(hit) < len(names):
+            gone.extend(hit)
+    for t in gone:
+        w.cold.pop(t, None)
+        w.remove(Removal(t, "pacing", PACED))
