@@ -10,6 +10,7 @@ never spend more than the budget plus what one request can cost.
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -189,4 +190,28 @@ def test_the_budget_survives_a_restart_with_a_sqlite_ledger(tmp_path: Path):
                     r = c.post("/v1/chat/completions", json=body())
                     # served before the restart; after it, the $0.008 spent is still there
                     assert r.status_code == (200 if round_ == 0 else 429), r.text
+        assert len(paid.requests_to("/v1/chat/completions")) == 1
+
+
+def test_two_processes_over_one_sqlite_ledger_see_each_others_spend(tmp_path: Path):
+    """Across processes spend is shared through the store (re-read every
+    state_refresh_ms): what one process spent refuses the other's next request.
+    (Reservations themselves are per process: docs/routing.md, "Across processes".)"""
+    with FakeUpstream(default=ok("answer", usage=USAGE)) as paid:
+        config = tmp_path / "humpyard.toml"
+        ledger = f'[ledger]\npath = "{tmp_path / "ledger.db"}"'
+        config.write_text("state_refresh_ms = 100\n" + cfg(paid.url, ledger=ledger))
+        with ServeProcess(config, tmp_path / "a.log", env=ENV) as a, \
+                ServeProcess(config, tmp_path / "b.log", env=ENV) as b:
+            auth = {"authorization": "Bearer dev-secret"}
+            with httpx.Client(base_url=a.url, timeout=30, headers=auth) as ca, \
+                    httpx.Client(base_url=b.url, timeout=30, headers=auth) as cb:
+                assert ca.post("/v1/chat/completions", json=body()).status_code == 200
+                deadline = time.monotonic() + 10
+                while (left := cb.post("/v1/route/explain", json={"model": "r"}).json()[
+                        "budget"]["left_usd"]) > BUDGET - COST + 1e-9:
+                    assert time.monotonic() < deadline, left  # B re-reads A's spend
+                    time.sleep(0.05)
+                r = cb.post("/v1/chat/completions", json=body())
+                assert r.status_code == 429 and r.json()["error"]["code"] == "budget_exhausted"
         assert len(paid.requests_to("/v1/chat/completions")) == 1
