@@ -107,8 +107,7 @@ def _admit(gw: Gateway, call: Call, facts: RequestFacts) -> Hold | None:
     the tokens an answer used count against its provider's ``tpm_limit`` then too."""
     key = call.key
     keyed = key is not None and (key.budget is not None or limited(key))
-    provider_tpm = any(p.tpm_limit is not None for p in call.config.providers.values())
-    if not keyed and not provider_tpm:
+    if not keyed and not gw.provider_tpm:
         return None
     hold: Hold | None = None
     if key is not None and keyed:

@@ -106,6 +106,7 @@ class Gateway:
         self.record_before_reply = False
         self.refusals = RateSampler(config.refused_per_minute)
         self.allowance = Allowance()  # budget reservations and per-key limits in flight
+        self.provider_tpm = _provider_tpm(config)  # some provider has a tpm_limit (pacing)
         self.executor = Executor(self.client, self.health, self.readiness, self.clock,
                                  self.rng, on_latency=self._on_latency, on_event=self._on_event)
         self.pacing = self.executor.pacing = Pacing()  # upstreams' rate-limit headers
@@ -134,6 +135,7 @@ class Gateway:
         if config.refused_per_minute != old.refused_per_minute:
             self.refusals = RateSampler(config.refused_per_minute)
         self._forbid_secrets(config)
+        self.provider_tpm = _provider_tpm(config)
         self.invalidate()
 
     def _forbid_secrets(self, config: Config) -> None:
@@ -392,6 +394,10 @@ class Gateway:
         self.writer.close()
         await self.client.aclose()
         self.store.close()
+
+
+def _provider_tpm(config: Config) -> bool:
+    return any(p.tpm_limit is not None for p in config.providers.values())
 
 
 async def _first_of(*events: asyncio.Event, timeout: float) -> None:
