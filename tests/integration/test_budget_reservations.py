@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from humpyard.planning.estimate import analyse_request
 from tests.durability.process import ServeProcess
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway import Running, running_gateway
@@ -81,10 +82,10 @@ def spent(gw: Running) -> float:
     return sum(d["cost_usd"] for d in gw.decisions(limit=1000))
 
 
-def explain(url: str, key: str = "dev-secret") -> dict[str, Any]:
+def explain(url: str, key: str = "dev-secret", body: Any = None) -> dict[str, Any]:
     with httpx.Client(base_url=url, timeout=30,
                       headers={"authorization": f"Bearer {key}"}) as c:
-        r = c.post("/v1/route/explain", json={"model": "r"})
+        r = c.post("/v1/route/explain", json=body or {"model": "r"})
         assert r.status_code == 200, r.text
         return r.json()  # type: ignore[no-any-return]
 
@@ -110,6 +111,13 @@ def test_concurrent_requests_spend_at_most_the_budget_plus_one_request(n):
         b = explain(gw.url)["budget"]
         assert b["spent_usd"] == pytest.approx(COST) and b["reserved_usd"] == 0
         assert b["left_usd"] == pytest.approx(BUDGET - COST)
+        with httpx.Client(base_url=gw.url, timeout=30,
+                          headers={"authorization": "Bearer dev-secret"}) as c:
+            now = c.post("/v1/chat/completions", json=body())
+        prompt = analyse_request(body()).high  # the request's own estimate
+        e = explain(gw.url, body={"model": "r", "prompt_tokens": prompt, "max_tokens": 45})
+        assert e["outcome"] == "budget_exhausted" and now.status_code == 429
+        assert e["message"] == now.json()["error"]["message"]  # explain agrees
 
 
 def test_a_reservation_is_given_back_when_the_request_fails():

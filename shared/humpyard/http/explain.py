@@ -22,7 +22,7 @@ from humpyard.sessions import session_id
 
 CREDENTIALS = frozenset({"authorization", "x-api-key", "cookie", "proxy-authorization"})
 FIELDS = frozenset({"model", "headers", "subagent", "stream", "prompt_tokens", "tools",
-                    "images"})
+                    "images", "max_tokens"})
 
 
 def facts_from(body: Any, key_id: str | None) -> RequestFacts:
@@ -47,13 +47,17 @@ def facts_from(body: Any, key_id: str | None) -> RequestFacts:
     if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool)
                                or tokens < 0):
         raise RequestError("prompt_tokens: must be a non-negative integer")
+    max_tokens = body.get("max_tokens")  # the output bound a budget reservation uses
+    if max_tokens is not None and (not isinstance(max_tokens, int)
+                                   or isinstance(max_tokens, bool) or max_tokens < 0):
+        raise RequestError("max_tokens: must be a non-negative integer")
     # Without a "subagent" field the headers decide, as on a real request.
     subagent = body["subagent"] if "subagent" in body else is_subagent(lowered)
     return RequestFacts(model=model, key_id=key_id, headers=lowered,
                         stream=body.get("stream", False), tools=body.get("tools", False),
                         images=body.get("images", False), subagent=subagent,
                         prompt_tokens=tokens, prompt_tokens_low=tokens,
-                        session_id=session_id(lowered))
+                        session_id=session_id(lowered), max_tokens=max_tokens)
 
 
 def recent_by_target(gw: Any, now: float) -> dict[str, dict[str, Any]]:
