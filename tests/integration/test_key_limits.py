@@ -168,3 +168,20 @@ def test_anthropic_clients_get_anthropic_names_and_error_shape():
         assert e.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
         assert e.value.response.headers["retry-after"] == "30"
         assert e.value.response.headers["anthropic-ratelimit-requests-remaining"] == "0"
+
+
+def test_streams_and_the_responses_api_carry_the_headers_too():
+    clock = FakeClock(START)
+    with FakeUpstream(default=ok("answer")) as up, \
+            running_gateway(cfg(up.url, "rpm_limit = 2"), env=ENV, clock=clock) as gw:
+        client = oai(gw)
+        with client.chat.completions.with_streaming_response.create(
+                model="r", messages=MSG, stream=True) as stream:
+            assert stream.headers["x-ratelimit-remaining-requests"] == "1"
+            assert "".join(c.choices[0].delta.content or "" for c in stream.parse()
+                           if c.choices) == "answer"
+        raw = client.responses.with_raw_response.create(model="r", input="hi")
+        assert raw.headers["x-ratelimit-remaining-requests"] == "0"
+        with pytest.raises(openai.RateLimitError) as e:
+            client.responses.create(model="r", input="hi")
+        assert e.value.response.headers["x-ratelimit-limit-requests"] == "2"
