@@ -17,6 +17,7 @@ is the only place that turns them into responses::
     │   ├── NoEligibleTarget    503 no_eligible_target
     │   ├── OverrideNoTarget    503 override_no_target
     │   └── BudgetExhausted     429 budget_exhausted
+    ├── RateLimited         429     (a key's rpm/tpm/parallel limit; ``limit`` names it)
     ├── UpstreamError               (every attempt failed; carries the last one)
     └── StoreError                  (a backend failed)
 """
@@ -121,6 +122,20 @@ class BudgetExhausted(PlanRefused):
     status = 429
     code = "budget_exhausted"
     type = "rate_limit_error"
+
+
+class RateLimited(HumpyardError):
+    """A key's own limit refused the request: ``limit`` is ``rpm_limit``,
+    ``tpm_limit`` or ``max_parallel_requests`` (docs/routing.md, "Per-key limits")."""
+
+    status = 429
+    code = "rate_limit_exceeded"
+    type = "rate_limit_error"
+
+    def __init__(self, message: str, *, limit: str, retry_after: float):
+        super().__init__(message)
+        self.limit = limit
+        self.retry_after = retry_after
 
 
 class UpstreamError(HumpyardError):

@@ -11,14 +11,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from humpyard.allowance import Hold, limit_headers, limited
 from humpyard.config.names import CREDENTIAL_HEADERS
-from humpyard.errors import BudgetExhausted, HumpyardError
+from humpyard.errors import BudgetExhausted, HumpyardError, RateLimited
 from humpyard.executor.count import count_upstream
 from humpyard.executor.tiered import run_tiered
 from humpyard.gateway import Gateway
 from humpyard.ledger.periods import seconds_left
 from humpyard.planning.estimate import analyse_request
 from humpyard.planning.plan import plan as make_plan
+from humpyard.planning.policy import worst_cost
 from humpyard.planning.types import Plan, RequestFacts
 from humpyard.records import Call, Native, Served
 from humpyard.sessions import session_id
@@ -48,7 +50,15 @@ def facts_for(call: Call) -> RequestFacts:
         stream=bool(body.get("stream")), tools=shape.tools, images=shape.images,
         subagent=is_subagent(headers), prompt_tokens=shape.high,
         prompt_tokens_low=shape.low,
-        session_id=session_id(headers))
+        session_id=session_id(headers), max_tokens=_max_tokens(body))
+
+
+def _max_tokens(body: Mapping[str, Any]) -> int | None:
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = body.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return None
 
 
 async def serve(gw: Gateway, call: Call) -> Served:
@@ -63,10 +73,15 @@ async def serve(gw: Gateway, call: Call) -> Served:
     call.ts = gw.clock.now()
     try:
         call.facts = facts = facts_for(call)
+        hold = _admit(gw, call, facts)
         snapshot = gw.snapshot(call.ts)
         # Seeded routes draw from their own source in route_rngs (the planner keeps it).
         call.plan = make_plan(facts, snapshot, call.config, call.ts, gw.rng, policy=gw.policy,
                               route_rngs=gw.route_rngs)
+        if hold is not None and call.key is not None and call.key.budget is not None:
+            # No await since the snapshot: nothing else was admitted in between.
+            gw.allowance.reserve(hold, max((worst_cost(t.endpoints, facts)
+                                            for t in call.plan.targets), default=0.0))
         native = _native(call)
         if call.plan.tiers:
             served = await run_tiered(gw.tiered, gw.executor, call.plan, call.config, call.body,
@@ -87,6 +102,42 @@ async def serve(gw: Gateway, call: Call) -> Served:
     call.attempts = served.attempts
     call.native = served.native
     return served
+
+
+def _admit(gw: Gateway, call: Call, facts: RequestFacts) -> Hold | None:
+    """Take the request's share of its key's limits (``RateLimited`` beyond one) and
+    leave on ``call`` how to give it back when the record closes (``recording.py``);
+    the tokens an answer used count against its provider's ``tpm_limit`` then too."""
+    key = call.key
+    keyed = key is not None and (key.budget is not None or limited(key))
+    if not keyed and not gw.provider_tpm:
+        return None
+    hold: Hold | None = None
+    if key is not None and keyed:
+        tokens = (facts.prompt_tokens or 0) + (facts.max_tokens or 0)
+        try:
+            hold, state = gw.allowance.admit(key, tokens, call.ts)
+        except RateLimited as e:
+            call.limit_headers = limit_headers(getattr(e, "state", None), call.protocol)
+            raise
+        call.limit_headers = limit_headers(state, call.protocol)
+    allowance, pacing, config, clock = gw.allowance, gw.pacing, call.config, gw.clock
+
+    def settle(decision: Mapping[str, Any] | None) -> None:
+        usage = decision.get("usage") if decision else None
+        if usage:
+            used: int | None = int(usage.get("input_tokens") or 0) + int(
+                usage.get("output_tokens") or 0)
+        else:  # answered without usage: keep the estimate; refused or failed: none used
+            used = None if decision and decision.get("status") == 200 else 0
+        if hold is not None:
+            allowance.settle(hold, used)
+        provider = config.providers.get(decision.get("provider") or "") if decision else None
+        if used and provider is not None and provider.tpm_limit is not None:
+            pacing.count(provider.name, None, provider.tpm_limit, clock.now(), tokens=used)
+
+    call.settle = settle
+    return hold
 
 
 def plan_only(gw: Gateway, call: Call) -> Plan:

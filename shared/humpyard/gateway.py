@@ -18,11 +18,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from humpyard.allowance import Allowance
 from humpyard.clock import Clock, SystemClock
 from humpyard.config.spec import Config
 from humpyard.executor.walk import Executor
 from humpyard.health.book import HealthBook
 from humpyard.health.breaker import ENDPOINT_STATES, HealthSettings
+from humpyard.health.pacing import Pacing
 from humpyard.health.readiness import ReadinessProber
 from humpyard.latency import LatencyBook, LocalLatency
 from humpyard.ledger.periods import period_key
@@ -113,8 +115,11 @@ class Gateway:
                                   and getattr(self.store, "kind", None) != "memory")
         if self._state_off_thread:
             self._load_state(self.clock.now())
+        self.allowance = Allowance()  # budget reservations and per-key limits in flight
+        self.provider_tpm = _provider_tpm(config)  # some provider has a tpm_limit (pacing)
         self.executor = Executor(self.client, self.health, self.readiness, self.clock,
                                  self.rng, on_latency=self._on_latency, on_event=self._on_event)
+        self.pacing = self.executor.pacing = Pacing()  # upstreams' rate-limit headers
 
     def _http(self) -> httpx.AsyncClient:
         return self.client.http  # built on first use: probes and quota polls only
@@ -140,6 +145,7 @@ class Gateway:
         if config.refused_per_minute != old.refused_per_minute:
             self.refusals = RateSampler(config.refused_per_minute)
         self._forbid_secrets(config)
+        self.provider_tpm = _provider_tpm(config)
         self.invalidate()
 
     def _forbid_secrets(self, config: Config) -> None:
@@ -362,7 +368,9 @@ class Gateway:
             for key, v in self.health.snapshot(now).items()
         }
         return StateSnapshot(health=health, latency=self.latency_book.figures(now),
-                             overrides=shared.overrides, spend_usd=shared.spend, taken_at=now)
+                             overrides=shared.overrides, spend_usd=shared.spend, taken_at=now,
+                             reserved_usd=self.allowance.reserved(),
+                             paced=self.pacing.paced(now))
 
     def add_spend(self, key_id: str, period: str, usd: float) -> None:
         """Count spend at once locally and in the store off the request path.
@@ -444,6 +452,10 @@ class Gateway:
         self.writer.close()
         await self.client.aclose()
         self.store.close()
+
+
+def _provider_tpm(config: Config) -> bool:
+    return any(p.tpm_limit is not None for p in config.providers.values())
 
 
 async def _first_of(*events: asyncio.Event, timeout: float) -> None:

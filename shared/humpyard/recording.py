@@ -128,14 +128,22 @@ class Recording:
         self.closed = True
         if self.gone is not None:  # however the block ended after, the client had left
             status, error = CLIENT_GONE.status, CLIENT_GONE
+        decision = None
         try:
             usage, estimated = self._usage()
-            _write(self.gw, self.call, status, self.served, error, self.stream_error,
-                   usage, estimated)
+            decision = _write(self.gw, self.call, status, self.served, error,
+                              self.stream_error, usage, estimated)
             if self.gone is not None:
                 self.gw.metrics.client_disconnects.inc(phase=self.gone)
         except Exception:  # recording must never break a response
             log.exception("could not record decision request_id=%s", self.call.request_id)
+        finally:  # budget reservation and per-key limits given back, once (allowance.py)
+            settle, self.call.settle = self.call.settle, None
+            if settle is not None:
+                try:
+                    settle(decision)
+                except Exception:
+                    log.exception("could not settle request_id=%s", self.call.request_id)
 
     def _usage(self) -> tuple[dict[str, int] | None, bool]:
         """The answer's usage, and whether it is estimated: a stream that did not
@@ -176,12 +184,13 @@ def record_refusal(gw: Gateway, error: HumpyardError, protocol: str = "http") ->
 
 def _write(gw: Gateway, call: Call, status: int, served: Served | None,
            error: HumpyardError | None, stream_error: str | None,
-           usage: dict[str, int] | None = None, usage_estimated: bool = False) -> None:
+           usage: dict[str, int] | None = None,
+           usage_estimated: bool = False) -> dict[str, Any] | None:
     if call.plan is None and error is not None and 400 <= status < 500:
         # Refused before routing: counted always, written within the allowance.
         gw.metrics.refused.inc(reason=error.code)
         if not gw.refusals.allow(gw.clock.monotonic()):
-            return
+            return None
     latency_ms = ((call.answered or time.perf_counter()) - call.started) * 1000
     cost = 0.0
     if served is not None and usage and served.endpoint.priced:
@@ -199,6 +208,7 @@ def _write(gw: Gateway, call: Call, status: int, served: Served | None,
     if cost and call.key is not None and call.key.budget is not None:
         gw.add_spend(call.key.id, period_key(call.key.budget.period, call.ts), cost)
     _count(gw, call, decision, status, error, latency_ms)
+    return decision
 
 
 def _count(gw: Gateway, call: Call, decision: dict[str, Any], status: int,

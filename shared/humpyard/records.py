@@ -140,3 +140,7 @@ class Call:
     plan: Plan | None = None
     attempts: list[Attempt] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Gives back what admission took (budget reservation, per-key limits: allowance.py),
+    # called once with the decision when the record closes (recording.py).
+    settle: Callable[[Mapping[str, Any] | None], None] | None = None
+    limit_headers: dict[str, str] = field(default_factory=dict)  # a limited key's headers

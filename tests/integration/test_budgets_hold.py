@@ -46,7 +46,10 @@ endpoints = [{{ provider = "free", model = "f" }}]
 [targets.free2]
 endpoints = [{{ provider = "free", model = "f2" }}]
 [targets.paid]
-endpoints = [{{ provider = "paid", model = "p", price = {{ input = 1000.0, output = 1000.0 }} }}]
+# max_output_tokens bounds the budget reservation (docs/routing.md, "Budgets"): the
+# first request's worst case fits in $0.05, its real usage (30 prompt tokens) does not
+endpoints = [{{ provider = "paid", model = "p", max_output_tokens = 20,
+               price = {{ input = 1000.0, output = 1000.0 }} }}]
 [routes.r]
 targets = {targets}
 [keys.dev]

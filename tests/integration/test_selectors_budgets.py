@@ -116,7 +116,10 @@ base_url = "{paid}"
 [targets.free]
 endpoints = [{{ provider = "free", model = "f" }}]
 [targets.paid]
-endpoints = [{{ provider = "paid", model = "p", price = {{ input = 1000.0, output = 1000.0 }} }}]
+# max_output_tokens bounds the budget reservation (docs/routing.md, "Budgets"): the
+# first request's worst case fits in $0.05, its real usage (30 prompt tokens) does not
+endpoints = [{{ provider = "paid", model = "p", max_output_tokens = 20,
+               price = {{ input = 1000.0, output = 1000.0 }} }}]
 [routes.r]
 targets = {targets}
 [keys.dev]
@@ -136,21 +139,23 @@ def test_budget_exhausts_then_degrades_to_free_then_refuses():
         with running_gateway(budget_cfg(free.url, paid.url), env=env,
                              admin_key="admin-secret") as gw:
             assert send(gw, "dev-secret", {"model": "r"}).headers["x-humpyard-target"] == "paid"
-            assert send(gw, "dev-secret", {"model": "r"}).headers["x-humpyard-target"] == "paid"
-            # $0.08 spent of $0.05: priced targets are removed, the free one serves
+            # $0.04 spent of $0.05: the next request's worst case (its prompt and 20 output
+            # tokens, about $0.03) does not fit the $0.01 left, so the free target serves
             r = send(gw, "dev-secret", {"model": "r"})
             assert r.headers["x-humpyard-target"] == "free"
             e = explain(gw, "dev-secret", {"model": "r"})
-            assert e["budget"]["exhausted"] is True
+            assert e["budget"]["exhausted"] is False
+            assert e["budget"]["left_usd"] == pytest.approx(0.01)
+            assert e["ineligible_targets"] == [{"target": "paid", "reason": "budget_exhausted",
+                                                "step": "budget"}]
             # another key is unaffected
             r = send(gw, "admin-secret", {"model": "r"})
             assert r.headers["x-humpyard-target"] == "paid"
             d = gw.decisions()
-            assert sum(x["cost_usd"] for x in d if x["key_id"] == "dev") == pytest.approx(0.08)
+            assert sum(x["cost_usd"] for x in d if x["key_id"] == "dev") == pytest.approx(0.04)
         with running_gateway(budget_cfg(free.url, paid.url, only_paid=True), env=env,
                              admin_key="admin-secret") as gw:
-            send(gw, "dev-secret", {"model": "r"})
-            send(gw, "dev-secret", {"model": "r"})
+            assert send(gw, "dev-secret", {"model": "r"}).status_code == 200
             r = send(gw, "dev-secret", {"model": "r"})
             assert r.status_code == 429
             assert r.json()["error"]["code"] == "budget_exhausted"

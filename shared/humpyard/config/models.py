@@ -89,6 +89,8 @@ class Provider(_Strict):
     max_sse_event_bytes: int | None = Field(default=None, ge=1024, le=1 << 28)
     first_byte_timeout_secs: float | None = Field(default=None, gt=0, le=3600)
     idle_timeout_secs: float | None = Field(default=None, gt=0, le=3600)
+    rpm_limit: int | None = Field(default=None, ge=1, le=100_000_000)  # pacing: health/pacing.py
+    tpm_limit: int | None = Field(default=None, ge=1, le=100_000_000_000)
 
     @field_validator("base_url")
     @classmethod
@@ -373,6 +375,9 @@ class Key(_Strict):
     manage_overrides: bool = False
     admin: bool = False
     budget: Budget | None = None
+    rpm_limit: int | None = Field(default=None, ge=1, le=100_000_000)
+    tpm_limit: int | None = Field(default=None, ge=1, le=100_000_000_000)
+    max_parallel_requests: int | None = Field(default=None, ge=1, le=1_000_000)
 
     @model_validator(mode="after")
     def _one_source(self) -> Key:

@@ -184,7 +184,7 @@ def _providers(raw: RawConfig, env: Mapping[str, str], errors: list[str],
             catalog_id=p.catalog_id,
             proxy=p.proxy, ca_file=p.ca_file, client_cert=p.client_cert,
             client_key=p.client_key, max_concurrent=p.max_concurrent, protocol=p.protocol,
-            limits=_limits(raw.router, p))
+            limits=_limits(raw.router, p), rpm_limit=p.rpm_limit, tpm_limit=p.tpm_limit)
     return out
 
 
@@ -433,5 +433,7 @@ def _keys(raw: RawConfig, routes: Mapping[str, RouteSpec], env: Mapping[str, str
             id=kid, digest=digest,
             allowed_routes=frozenset(k.allowed_routes) if k.allowed_routes is not None else None,
             manage_overrides=k.manage_overrides, admin=k.admin,
-            budget=BudgetSpec(k.budget.usd, k.budget.period) if k.budget else None)
+            budget=BudgetSpec(k.budget.usd, k.budget.period) if k.budget else None,
+            rpm_limit=k.rpm_limit, tpm_limit=k.tpm_limit,
+            max_parallel_requests=k.max_parallel_requests)
     return out

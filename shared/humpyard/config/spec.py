@@ -238,6 +238,8 @@ class ProviderSpec:
     max_concurrent: int | None = None
     protocol: str = "openai"  # "anthropic": Anthropic Messages at {base_url}/messages
     limits: AnswerLimits = AnswerLimits()  # [router]'s, with the provider's own keys
+    rpm_limit: int | None = None  # the provider's own limits, for pacing (health/pacing.py)
+    tpm_limit: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,6 +291,9 @@ class KeySpec:
     admin: bool = False
     """Reads every key's decisions and stats, ``/v1/config``, ``/metrics`` and quota;
     a key without it reads only its own (docs/security.md)."""
+    rpm_limit: int | None = None  # requests per minute (docs/routing.md, "Per-key limits")
+    tpm_limit: int | None = None  # input + output tokens per minute
+    max_parallel_requests: int | None = None  # in flight at once
 
     def may_use(self, route: str) -> bool:
         return self.allowed_routes is None or route in self.allowed_routes

@@ -38,6 +38,7 @@ from humpyard.errors import UpstreamError
 from humpyard.executor.admission import Admission, Place, planned_attempt
 from humpyard.executor.upstreams import UpstreamProtocol, upstream_protocols
 from humpyard.health.breaker import clamp_retry_after
+from humpyard.health.pacing import Pacing
 from humpyard.health.retry_after import parse_retry_after
 from humpyard.planning.types import Plan, PlannedTarget
 from humpyard.records import Attempt, Native, Served
@@ -90,6 +91,7 @@ class Executor:
         self.on_event = on_event or (lambda *a, **k: None)
         self.upstreams = upstream_protocols(clock)
         self.admission = Admission(health, clock)
+        self.pacing: Pacing | None = None  # provider pacing (health/pacing.py), if kept
 
     async def run(self, plan: Plan, config: Config, body: dict[str, Any], *,
                   stream: bool, wanted_usage: bool = True,
@@ -175,6 +177,8 @@ class Executor:
                                               extra_headers=req.headers,
                                               connect_timeout=connect_timeout, stream=stream)
                 att.status = resp.status
+                if self.pacing is not None:  # what the upstream says is left of its limits
+                    self._pace(provider, ep, resp.headers)
                 if resp.status == 200:
                     served = await self._answer(resp, target, ep, provider, stream, att,
                                                 attempts, started, wanted_usage, proto,
@@ -256,6 +260,13 @@ class Executor:
         return Served(target=target.name, endpoint=ep, status=200, attempts=attempts,
                       body=answer.body, body_bytes=answer.body_bytes, upstream_ms=ms,
                       usage=answer.usage, native=relayed)
+
+    def _pace(self, provider: ProviderSpec, ep: EndpointSpec, headers: Any) -> None:
+        assert self.pacing is not None
+        now = self.clock.now()
+        self.pacing.observe(ep.key, headers, now)
+        if provider.rpm_limit is not None:
+            self.pacing.count(provider.name, provider.rpm_limit, None, now, requests=1)
 
     def _success(self, target: PlannedTarget, ep: EndpointSpec, ms: float) -> None:
         self.health.record_success(ep.key, self.clock.now())

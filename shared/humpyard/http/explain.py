@@ -10,6 +10,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from humpyard.allowance import limited
 from humpyard.errors import RequestError
 from humpyard.flow import is_subagent
 from humpyard.http.body import read_json
@@ -21,7 +22,7 @@ from humpyard.sessions import session_id
 
 CREDENTIALS = frozenset({"authorization", "x-api-key", "cookie", "proxy-authorization"})
 FIELDS = frozenset({"model", "headers", "subagent", "stream", "prompt_tokens", "tools",
-                    "images"})
+                    "images", "max_tokens"})
 
 
 def facts_from(body: Any, key_id: str | None) -> RequestFacts:
@@ -46,13 +47,17 @@ def facts_from(body: Any, key_id: str | None) -> RequestFacts:
     if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool)
                                or tokens < 0):
         raise RequestError("prompt_tokens: must be a non-negative integer")
+    max_tokens = body.get("max_tokens")  # the output bound a budget reservation uses
+    if max_tokens is not None and (not isinstance(max_tokens, int)
+                                   or isinstance(max_tokens, bool) or max_tokens < 0):
+        raise RequestError("max_tokens: must be a non-negative integer")
     # Without a "subagent" field the headers decide, as on a real request.
     subagent = body["subagent"] if "subagent" in body else is_subagent(lowered)
     return RequestFacts(model=model, key_id=key_id, headers=lowered,
                         stream=body.get("stream", False), tools=body.get("tools", False),
                         images=body.get("images", False), subagent=subagent,
                         prompt_tokens=tokens, prompt_tokens_low=tokens,
-                        session_id=session_id(lowered))
+                        session_id=session_id(lowered), max_tokens=max_tokens)
 
 
 def recent_by_target(gw: Any, now: float) -> dict[str, dict[str, Any]]:
@@ -73,4 +78,7 @@ async def explain_route(request: Request) -> Response:
     answer = explain(facts, gw.snapshot(now), gw.config, now,
                      recent=recent, health_views=views,
                      policy=gw.policy)
+    # The key's per-key limits now (allowance.py): what the next request would meet.
+    answer["limits"] = (gw.allowance.state(key, now).to_dict()
+                        if key is not None and limited(key) else None)
     return json_response(answer)

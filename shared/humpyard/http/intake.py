@@ -85,6 +85,8 @@ def route_headers(call: Call, served: Served | None) -> Headers:
     if served is not None:
         h["x-humpyard-target"] = served.target
         h["x-humpyard-provider"] = served.endpoint.provider
+    if call.limit_headers:  # a key with rpm/tpm limits (allowance.py)
+        h.update(call.limit_headers)
     return h
 
 

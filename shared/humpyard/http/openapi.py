@@ -136,6 +136,7 @@ EXPLAIN_REQUEST = obj({
     "model": NONEMPTY, "headers": {"type": "object", "additionalProperties": STR},
     "subagent": BOOL, "stream": BOOL, "tools": BOOL, "images": BOOL,
     "prompt_tokens": {"type": "integer", "minimum": 0},
+    "max_tokens": {"type": "integer", "minimum": 0},
 }, "model", extra=False)
 OVERRIDE_REQUEST = obj({
     "kind": {"enum": list(KINDS)}, "subject": NONEMPTY,

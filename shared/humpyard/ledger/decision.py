@@ -176,4 +176,10 @@ def build_decision(call: Call, *, status: int, served: Served | None,
         "latency_ms": round(latency_ms, 2),
         "notes": _notes(call, served),
     }
+    limit = getattr(error, "limit", None)
+    if limit is not None:  # the per-key limit that refused (errors.RateLimited)
+        d["limit"] = limit
+    paced = [r.target for r in removals if r.step == "pacing"]
+    if paced:  # targets routed away from: their upstream said it would refuse
+        d["paced_targets"] = paced
     return d

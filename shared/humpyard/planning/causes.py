@@ -17,9 +17,12 @@ returned by explain) says so. One clause per step (per override)::
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 
+from humpyard.ledger.periods import seconds_left
 from humpyard.planning import steps
 from humpyard.planning.compiled import CompiledConfig
+from humpyard.planning.policy import worst_cost
 from humpyard.planning.types import Removal, RequestFacts, StateSnapshot
 
 _CAPABILITY_TEXT = {
@@ -48,14 +51,30 @@ def capability_text(cc: CompiledConfig, r: Removal, facts: RequestFacts) -> str:
     return _CAPABILITY_TEXT.get(r.reason, r.reason)
 
 
-def budget_text(cc: CompiledConfig, facts: RequestFacts, snapshot: StateSnapshot) -> str:
+def budget_text(cc: CompiledConfig, facts: RequestFacts, snapshot: StateSnapshot,
+                removed: Iterable[str] = ()) -> str:
     """The key's spend against its budget, as the budget policy saw it."""
     key = cc.config.keys.get(facts.key_id or "")
     if key is None or key.budget is None:
         return "the key's budget is spent"
     spent = snapshot.spend_usd.get(key.id, 0.0)
-    return (f"key {key.id!r} has spent ${spent:.2f} of ${key.budget.usd:.2f} "
+    text = (f"key {key.id!r} has spent ${spent:.2f} of ${key.budget.usd:.2f} "
             f"this {key.budget.period}")
+    if spent < key.budget.usd:  # removed because the worst case does not fit
+        reserved = snapshot.reserved_usd.get(key.id, 0.0)
+        text += (f", ${reserved:.4f} is reserved by requests in flight, and this request "
+                 f"may cost up to ${_worst(cc, facts, removed):.4f}")
+    if snapshot.taken_at:
+        end = snapshot.taken_at + seconds_left(key.budget.period, snapshot.taken_at)
+        text += f"; the budget resets at {datetime.fromtimestamp(end, UTC):%Y-%m-%dT%H:%M:%SZ}"
+    return text
+
+
+def _worst(cc: CompiledConfig, facts: RequestFacts, removed: Iterable[str]) -> float:
+    """The smallest worst-case cost among the targets the budget removed."""
+    costs = [worst_cost(cc.targets[t].spec.endpoints, facts) for t in removed
+             if t in cc.targets]
+    return min(costs, default=0.0)
 
 
 def override_label(r: Removal) -> str:
@@ -78,8 +97,9 @@ def describe(removals: Iterable[Removal], cc: CompiledConfig, route: str,
     for reason, targets in _grouped(by_step.get("policy", ()), lambda r: r.reason).items():
         clauses.append(f"the routing policy removed {_names(targets)} ({reason})")
     if "budget" in by_step:
-        clauses.append(f"the budget removed {_names(r.target for r in by_step['budget'])} "
-                       f"({budget_text(cc, facts, snapshot)})")
+        gone = [r.target for r in by_step["budget"]]
+        clauses.append(f"the budget removed {_names(gone)} "
+                       f"({budget_text(cc, facts, snapshot, gone)})")
     for text, targets in _grouped(by_step.get("capability", ()),
                                   lambda r: capability_text(cc, r, facts)).items():
         clauses.append(f"capabilities removed {_names(targets)} ({text})")
@@ -88,4 +108,7 @@ def describe(removals: Iterable[Removal], cc: CompiledConfig, route: str,
     if "health" in by_step:
         clauses.append(f"health skipped {_names(r.target for r in by_step['health'])} "
                        "(cooling down)")
+    if "pacing" in by_step:
+        clauses.append(f"pacing skipped {_names(r.target for r in by_step['pacing'])} "
+                       "(its upstream has no rate limit left until its reset)")
     return clauses

@@ -39,6 +39,7 @@ _REMOVAL_LISTS = (
     ("incapable_targets", ("capability",)),
     ("overridden_targets", ("override",)),
     ("health_skipped_targets", ("health",)),
+    ("paced_targets", ("pacing",)),
 )
 
 
@@ -108,8 +109,10 @@ def _budget(cc: CompiledConfig, facts: RequestFacts,
     if key is None or key.budget is None:
         return None
     spent = snapshot.spend_usd.get(key.id, 0.0)
+    reserved = snapshot.reserved_usd.get(key.id, 0.0)
     return {"usd": key.budget.usd, "spent_usd": spent, "period": key.budget.period,
-            "exhausted": spent >= key.budget.usd}
+            "exhausted": spent >= key.budget.usd, "reserved_usd": round(reserved, 8),
+            "left_usd": round(max(0.0, key.budget.usd - spent - reserved), 8)}
 
 
 def _can_cross(cc: CompiledConfig, route: RouteSpec, names: list[str]) -> bool | None:

@@ -12,7 +12,8 @@
    ``NoCapableTarget`` (400), whose message names the reasons;
 5. runtime overrides; nothing left is ``OverrideNoTarget`` (503);
 6. health: cold targets skipped where a warm alternative remains, never
-   refused (fail open, soonest to reopen first);
+   refused (fail open, soonest to reopen first); then pacing: targets whose
+   upstream said it has nothing left of its rate limits, skipped the same way;
 7. ordering by route type (passthrough, random, fastest); tiered routes get
    their tiers with substitution.
 
@@ -89,6 +90,8 @@ def plan(facts: RequestFacts, snapshot: StateSnapshot, config: Config | Compiled
                           facts)
     view = cc.view(snapshot)
     steps.apply_health(w, view, cc.skip_cold)
+    if snapshot.paced:
+        steps.apply_pacing(w, snapshot.paced, now)
     rng = _route_rng(route, rng, route_rngs)
     return _finish(w, sel, facts, view, now, rng, explore)
 
@@ -103,7 +106,9 @@ def _policy_step(w: steps.Work, facts: RequestFacts, snapshot: StateSnapshot,
                  policy: RoutingPolicy | None, sel: Selection) -> None:
     route = w.info.spec
     exhausted = w.cc.budget.exhausted(facts, snapshot)
-    steps.apply_policy(w, facts, snapshot, None if is_allow_all(policy) else policy, exhausted)
+    left = None if exhausted else w.cc.budget.left(facts, snapshot)
+    steps.apply_policy(w, facts, snapshot, None if is_allow_all(policy) else policy, exhausted,
+                       left)
     if w.servable():
         return
     refusal = BudgetExhausted if any(r.step == "budget" for r in w.removals) \

@@ -10,13 +10,34 @@ request, and must not do I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Protocol, runtime_checkable
 
-from humpyard.config.spec import Config, KeySpec, RouteSpec, TargetSpec
+from humpyard.config.spec import Config, EndpointSpec, KeySpec, RouteSpec, TargetSpec
 from humpyard.planning.types import RequestFacts, StateSnapshot
 
 BUDGET_EXHAUSTED = "budget_exhausted"
+UNBOUNDED_OUTPUT_TOKENS = 4096
+"""The output a budget reservation assumes when neither the request's ``max_tokens``
+nor the endpoint's ``max_output_tokens`` bounds it (docs/routing.md, "Budgets")."""
+
+
+def output_bound(e: EndpointSpec, max_tokens: int | None) -> int:
+    """The most output tokens ``e`` can write for a request asking ``max_tokens``."""
+    if max_tokens is not None and e.max_output_tokens is not None:
+        return min(max_tokens, e.max_output_tokens)
+    if max_tokens is not None:
+        return max_tokens
+    return e.max_output_tokens if e.max_output_tokens is not None \
+        else UNBOUNDED_OUTPUT_TOKENS
+
+
+def worst_cost(endpoints: Iterable[EndpointSpec], facts: RequestFacts) -> float:
+    """The most one answer from any of ``endpoints`` can cost (USD): the conservative
+    prompt estimate and the output bound at each endpoint's price."""
+    prompt = facts.prompt_tokens or 0
+    return max((e.cost_usd(prompt, output_bound(e, facts.max_tokens))
+                for e in endpoints if e.priced), default=0.0)
 
 
 @runtime_checkable
@@ -38,11 +59,14 @@ class AllowAll:
 
 
 class BudgetPolicy:
-    """A key whose spend this period has reached its budget may use only free targets.
+    """A priced target is eligible only while its worst-case cost fits in what is
+    left of the key's budget: ``usd - spend - reserved`` (budget reservations,
+    docs/routing.md); a key whose spend has reached its budget may use only free
+    targets.
 
-    Spend is ``snapshot.spend_usd[key_id]``; a target is priced when any of its
-    endpoints has a price. Keys without a budget, and requests without a key,
-    are never limited.
+    Spend is ``snapshot.spend_usd[key_id]``, reserved ``snapshot.reserved_usd``;
+    a target is priced when any of its endpoints has a price. Keys without a
+    budget, and requests without a key, are never limited.
     """
 
     def __init__(self, keys: Mapping[str, KeySpec] | Config):
@@ -55,9 +79,20 @@ class BudgetPolicy:
             return False
         return snapshot.spend_usd.get(key.id, 0.0) >= key.budget.usd
 
+    def left(self, facts: RequestFacts, snapshot: StateSnapshot) -> float | None:
+        """USD the key may still reserve (None: no budget applies)."""
+        key = self._keys.get(facts.key_id) if facts.key_id is not None else None
+        if key is None or key.budget is None:
+            return None
+        return (key.budget.usd - snapshot.spend_usd.get(key.id, 0.0)
+                - snapshot.reserved_usd.get(key.id, 0.0))
+
     def eligible(self, route: RouteSpec, target: TargetSpec, facts: RequestFacts,
                  snapshot: StateSnapshot) -> str | None:
-        if target.priced and self.exhausted(facts, snapshot):
+        if not target.priced:
+            return None
+        left = self.left(facts, snapshot)
+        if left is not None and worst_cost(target.endpoints, facts) > left + 1e-12:
             return BUDGET_EXHAUSTED
         return None
 

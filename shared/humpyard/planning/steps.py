@@ -10,17 +10,18 @@ and refusing, is ``plan.py``'s job.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from humpyard.config.spec import EndpointSpec
 from humpyard.planning.compiled import CompiledConfig, RouteInfo, SnapshotView
-from humpyard.planning.policy import BUDGET_EXHAUSTED, RoutingPolicy
+from humpyard.planning.policy import BUDGET_EXHAUSTED, RoutingPolicy, worst_cost
 from humpyard.planning.types import Override, Removal, RequestFacts, StateSnapshot
 
 TOOLS = "tools_unsupported"
 VISION = "vision_unsupported"
 WINDOW = "context_window_exceeded"
 COLD = "cold"
+PACED = "upstream_rate_limited"
 
 
 def _first(pair: tuple[float, str]) -> float:
@@ -89,8 +90,11 @@ def apply_classes(w: Work) -> None:
 
 
 def apply_policy(w: Work, facts: RequestFacts, snapshot: StateSnapshot,
-                 policy: RoutingPolicy | None, budget_exhausted: bool) -> None:
-    """The embedder's policy, then the budget: a target must satisfy both."""
+                 policy: RoutingPolicy | None, budget_exhausted: bool,
+                 budget_left: float | None = None) -> None:
+    """The embedder's policy, then the budget: a target must satisfy both. With
+    ``budget_left`` (USD the key may still reserve), a priced target whose
+    worst-case cost does not fit is removed too (budget reservations)."""
     if policy is not None:
         targets = w.cc.targets
         route = w.info.spec
@@ -101,6 +105,12 @@ def apply_policy(w: Work, facts: RequestFacts, snapshot: StateSnapshot,
     if budget_exhausted:
         for t in w.info.priced:
             if t not in w.gone:
+                w.remove(Removal(t, "budget", BUDGET_EXHAUSTED))
+    elif budget_left is not None:
+        targets = w.cc.targets
+        for t in w.info.priced:
+            if t not in w.gone and worst_cost(targets[t].spec.endpoints,
+                                              facts) > budget_left + 1e-12:
                 w.remove(Removal(t, "budget", BUDGET_EXHAUSTED))
 
 
@@ -247,3 +257,27 @@ def apply_health(w: Work, view: SnapshotView, skip_cold: bool) -> None:
     for t in gone:
         del w.cold[t]
         w.remove(Removal(t, "health", COLD))
+
+
+def _paced(w: Work, target: str, paced: Mapping[str, float], now: float) -> bool:
+    """Whether every endpoint left to ``target`` is paced (by endpoint or provider)."""
+    for e in w.endpoints(target):
+        if paced.get(e.key, 0.0) <= now and paced.get(e.provider, 0.0) <= now:
+            return False
+    return True
+
+
+def apply_pacing(w: Work, paced: Mapping[str, float], now: float) -> None:
+    """Skip targets whose upstreams said they will refuse (``health/pacing.py``) where a
+    target of the same group (members, tail) is not paced; never empties a group, and
+    a tiered route keeps every tier target (its tiers substitute on their own)."""
+    if w.info.tiered:
+        return
+    gone: list[str] = []
+    for names in (w.members(), w.tail()):
+        hit = [t for t in names if _paced(w, t, paced, now)]
+        if hit and len(hit) < len(names):
+            gone.extend(hit)
+    for t in gone:
+        w.cold.pop(t, None)
+        w.remove(Removal(t, "pacing", PACED))

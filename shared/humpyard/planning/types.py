@@ -29,6 +29,7 @@ class RequestFacts:
     prompt_tokens: int | None = None
     prompt_tokens_low: int | None = None
     session_id: str | None = None
+    max_tokens: int | None = None  # the client's output cap (max_tokens/max_completion_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +83,11 @@ class StateSnapshot:
     overrides: tuple[Override, ...] = ()  # active (unexpired) ones
     spend_usd: Mapping[str, float] = field(default_factory=dict)  # key id → this period
     taken_at: float = 0.0
+    # key id → USD reserved by this process's requests in flight (docs/routing.md, Budgets)
+    reserved_usd: Mapping[str, float] = field(default_factory=dict)
+    # endpoint key ("provider/model") or provider name → until when the upstream said
+    # it will refuse (its rate-limit headers, or the provider's rpm/tpm_limit): pacing
+    paced: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +100,7 @@ class Removal:
     """
 
     target: str
-    step: str  # classes | policy | budget | capability | override | health
+    step: str  # classes | policy | budget | capability | override | health | pacing
     reason: str
     override_id: str | None = None
     override_kind: str | None = None

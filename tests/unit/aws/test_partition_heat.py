@@ -87,7 +87,7 @@ def heat_table(heat: dict[tuple[str, str], int], requests: int, top: int = 12) -
 
 def run_heat(client: Any, clock: FakeClock, tmp_path: Path, *, text: str, instances: int,
              transport: httpx.MockTransport, routes: list[int], keys: list[int],
-             allowed: frozenset[int] = frozenset({200})) -> WriteUnits:
+             allowed: frozenset[int] = frozenset({200}), gap: float = GAP_SECS) -> WriteUnits:
     """Serve one request per entry of ``routes``/``keys`` round-robin over ``instances``
     Lambda instances on one (moto) DynamoDB; the billed writes."""
     path = tmp_path / "humpyard.toml"
@@ -108,7 +108,7 @@ def run_heat(client: Any, clock: FakeClock, tmp_path: Path, *, text: str, instan
         clients = [httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw")
                    for _, app in served]
         for i, (route, key) in enumerate(zip(routes, keys, strict=True)):
-            clock.advance(GAP_SECS / instances)  # so each instance sees GAP_SECS between its own
+            clock.advance(gap / instances)  # so each instance sees ``gap`` between its own
             r = await clients[i % instances].post(
                 "/v1/chat/completions",
                 headers={"authorization": f"Bearer key-{key}-secret"},
@@ -154,6 +154,9 @@ def test_no_partition_key_runs_hot(client: Any, clock: FakeClock, tmp_path: Path
 
 
 FAILING_INSTANCES = 40
+# Busy instances: ten requests each within one state refresh (1 s), so an instance keeps
+# meeting the dead provider until it learns of the trip.
+BUSY_GAP_SECS = 0.1
 
 
 FAILED_CALLS: list[str] = []
@@ -180,7 +183,8 @@ def test_a_failing_primary_does_not_heat_the_live_item(client: Any, clock: FakeC
     keys = rng.choices(range(KEYS), zipf(KEYS), k=REQUESTS)
     FAILED_CALLS.clear()
     writes = run_heat(client, clock, tmp_path, text=config(), instances=FAILING_INSTANCES,
-                      transport=httpx.MockTransport(dead_p0), routes=picked, keys=keys)
+                      transport=httpx.MockTransport(dead_p0), routes=picked, keys=keys,
+                      gap=BUSY_GAP_SECS)
     live = [w for w in writes.writes if w.table == STATE and w.partition == "live"]
     with capsys.disabled():
         hottest, table = report(writes, REQUESTS, FAILING_INSTANCES, " (a failing primary)")

@@ -43,7 +43,7 @@ def test_ok_answer_shape() -> None:
     assert out["selected"] == {"route": "mixed", "rule": "default", "source": "requested_model"}
     assert [t["name"] for t in out["targets"]] == ["priv", "pub", "paid"]
     assert out["budget"] == {"usd": 5.0, "spent_usd": 0.0, "period": "month",
-                             "exhausted": False}
+                             "exhausted": False, "reserved_usd": 0.0, "left_usd": 5.0}
     r = out["route"]
     assert r["type"] == "passthrough" and r["allowed_classes"] is None
     assert r["classes"] == ["private", "public", "paid"]

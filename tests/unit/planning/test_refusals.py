@@ -14,7 +14,8 @@ from .helpers import NOW, cfg, facts, route, run, snap, target
 PRICE = "price = { input = 1.0, output = 2.0 }"
 KEY = '[keys.ci]\nkey_sha256 = "' + "0" * 64 + '"\nbudget = { usd = 10.0 }\n'
 SPENT = snap(spend={"ci": 12.5})
-BUDGET = "the budget removed 'paid' (key 'ci' has spent $12.50 of $10.00 this day)"
+BUDGET = ("the budget removed 'paid' (key 'ci' has spent $12.50 of $10.00 this day; "
+          "the budget resets at 2027-01-16T00:00:00Z)")
 
 
 def disable(id: str, subject: str) -> Override:
