@@ -33,11 +33,13 @@ from tests.hostile.upstream_server import (
     HostileUpstream,
     gzip_bomb,
     head,
+    hostile_config,
     pieces,
     repeated,
+    wait_decision,
 )
 from tests.support.fake_upstream import FakeUpstream
-from tests.support.probe import Figures, Probe, peak_rss_mb, rss_mb
+from tests.support.probe import Probe, peak_rss_mb, rss_mb
 
 GiB = 1 << 30
 RSS_BUDGET_MB = 250
@@ -99,31 +101,8 @@ ANSWERS = {"bomb200": bomb_200, "bomb500": bomb_500, "bombstream": bomb_stream,
 
 
 def config(tmp: Path, hostile: HostileUpstream, good: str) -> Path:
-    parts = [f"""
-[ledger]
-path = "{tmp / 'ledger.db'}"
-[health]
-failure_threshold = 0
-[providers.good]
-base_url = "{good}"
-[targets.good]
-endpoints = [{{ provider = "good", model = "g" }}]
-[routes.ok]
-targets = ["good"]
-"""]
-    for kind in ANSWERS:
-        parts.append(f"""
-[providers.{kind}]
-base_url = "{hostile.url(kind)}"
-protocol = "{'anthropic' if kind == 'anthropic' else 'openai'}"
-[targets.{kind}]
-endpoints = [{{ provider = "{kind}", model = "m" }}]
-[routes.{kind}]
-targets = ["{kind}", "good"]
-""")
-    path = tmp / "humpyard.toml"
-    path.write_text("".join(parts))
-    return path
+    return hostile_config(tmp, hostile, good, ANSWERS, provider_extra=lambda kind: (
+        'protocol = "anthropic"' if kind == "anthropic" else ""))
 
 
 class Bed:
@@ -134,21 +113,10 @@ class Bed:
         self.idle_mb = rss_mb(server.pid)
 
     def attack(self, kind: str, *, stream: bool) -> tuple[httpx.Response, list[str]]:
-        """One request to ``kind``'s route while the probe runs; the answer and, for a
-        stream, its lines. Fails if the hostile provider was not called, or if the
-        probe's latency during the attack was not flat against a quiet figure taken
-        just before it (on a shared 2-core machine a neighbour's burst can spoil one
-        run: the attack is played once more before that counts as a failure)."""
-        for again in (False, True):
-            quiet = self.probe.measure(40, warmup=2)
-            resp, lines = self._attack_once(kind, stream)
-            try:
-                self.probe.assert_flat(quiet)
-                break
-            except AssertionError:
-                if again:
-                    raise
-        return resp, lines
+        """One request to ``kind``'s route while the probe runs (flat, or the attack
+        is played once more): the answer and, for a stream, its lines. Fails if the
+        hostile provider was not called."""
+        return self.probe.flat_during(lambda: self._attack_once(kind, stream))
 
     def _attack_once(self, kind: str, stream: bool) -> tuple[httpx.Response, list[str]]:
         before = self.hostile.hits[kind]
@@ -162,24 +130,18 @@ class Bed:
                 out["lines"] = [ln for ln in r.iter_lines() if ln]
                 out["response"] = r
 
-        self.probe.attacked = Figures()  # this attack's figures only
-        with self.probe.running():
-            started = time.monotonic()
-            t = threading.Thread(target=send)
-            t.start()
-            t.join(60)
-            # the moments after the attack too, and enough samples for a p99
-            time.sleep(max(0.3, PROBE_SECS - (time.monotonic() - started)))
+        started = time.monotonic()
+        t = threading.Thread(target=send)
+        t.start()
+        t.join(60)
+        # the moments after the attack too, and enough samples for a p99
+        time.sleep(max(0.3, PROBE_SECS - (time.monotonic() - started)))
         assert "response" in out, "the attack request did not finish"
         assert self.hostile.hits[kind] == before + 1
         return out["response"], out["lines"]
 
     def decision(self, request_id: str) -> dict[str, Any]:
-        deadline = time.monotonic() + 10
-        while (r := self.http.get(f"/v1/decisions/{request_id}")).status_code == 404:
-            assert time.monotonic() < deadline, "the decision was never recorded"
-            time.sleep(0.02)
-        return r.json()  # type: ignore[no-any-return]
+        return wait_decision(self.http, request_id)
 
     def assert_bounded(self) -> None:
         peak = peak_rss_mb(self.server.pid)

@@ -25,9 +25,9 @@ import httpx
 import pytest
 
 from tests.durability.process import ServeProcess
-from tests.hostile.upstream_server import HOLD, HostileUpstream, head
+from tests.hostile.upstream_server import HOLD, HostileUpstream, head, hostile_config, wait_decision
 from tests.support.fake_upstream import FakeUpstream
-from tests.support.probe import Figures, Probe
+from tests.support.probe import Probe
 
 LIMIT = 0.5
 SLACK = 1.5  # a loaded 2-core machine: the cut comes within the limit + this
@@ -70,34 +70,10 @@ ANSWERS = {"nohead": no_head, "silentbefore": silent_before_content,
 
 
 def config(tmp: Path, hostile: HostileUpstream, good: str) -> Path:
-    parts = [f"""
-[router]
-idle_timeout_secs = {LIMIT}
-[ledger]
-path = "{tmp / 'ledger.db'}"
-[health]
-failure_threshold = 0
-[providers.good]
-base_url = "{good}"
-[targets.good]
-endpoints = [{{ provider = "good", model = "g" }}]
-[routes.ok]
-targets = ["good"]
-"""]
-    for kind in ANSWERS:
-        own = f"first_byte_timeout_secs = {LIMIT}" if kind == "nohead" else ""
-        parts.append(f"""
-[providers.{kind}]
-base_url = "{hostile.url(kind)}"
-{own}
-[targets.{kind}]
-endpoints = [{{ provider = "{kind}", model = "m" }}]
-[routes.{kind}]
-targets = ["{kind}", "good"]
-""")
-    path = tmp / "humpyard.toml"
-    path.write_text("".join(parts))
-    return path
+    return hostile_config(tmp, hostile, good, ANSWERS,
+                          top=f"[router]\nidle_timeout_secs = {LIMIT}",
+                          provider_extra=lambda kind: (f"first_byte_timeout_secs = {LIMIT}"
+                                                       if kind == "nohead" else ""))
 
 
 class Bed:
@@ -107,39 +83,23 @@ class Bed:
         probe.measure(30)  # warm
 
     def send(self, kind: str, *, stream: bool) -> tuple[httpx.Response, list[str], float]:
-        """One request while the probe runs; flat against a quiet figure taken just
-        before (played once more if a neighbour's burst spoiled the first run)."""
-        for again in (False, True):
-            quiet = self.probe.measure(40, warmup=2)
-            got = self._send_once(kind, stream)
-            try:
-                self.probe.assert_flat(quiet)
-                break
-            except AssertionError:
-                if again:
-                    raise
-        return got
+        """One request while the probe runs (flat, or played once more)."""
+        return self.probe.flat_during(lambda: self._send_once(kind, stream))
 
     def _send_once(self, kind: str, stream: bool) -> tuple[httpx.Response, list[str], float]:
         body: dict[str, Any] = {"model": kind, "messages": [{"role": "user", "content": "x"}]}
         if stream:
             body["stream"] = True
         before = self.hostile.hits[kind]
-        self.probe.attacked = Figures()
-        with self.probe.running():
-            started = time.monotonic()
-            with self.http.stream("POST", "/v1/chat/completions", json=body) as r:
-                lines = [ln for ln in r.iter_lines() if ln]
-            elapsed = time.monotonic() - started
+        started = time.monotonic()
+        with self.http.stream("POST", "/v1/chat/completions", json=body) as r:
+            lines = [ln for ln in r.iter_lines() if ln]
+        elapsed = time.monotonic() - started
         assert self.hostile.hits[kind] == before + 1
         return r, lines, elapsed
 
     def decision(self, request_id: str) -> dict[str, Any]:
-        deadline = time.monotonic() + 10
-        while (r := self.http.get(f"/v1/decisions/{request_id}")).status_code == 404:
-            assert time.monotonic() < deadline, "the decision was never recorded"
-            time.sleep(0.02)
-        return r.json()  # type: ignore[no-any-return]
+        return wait_decision(self.http, request_id)
 
 
 @pytest.fixture(scope="module")

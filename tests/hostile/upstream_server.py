@@ -18,10 +18,14 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import struct
+import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from functools import cache
+from pathlib import Path
 from typing import Any
+
+import httpx
 
 from tests.support.listener import ListenerThread
 
@@ -141,3 +145,44 @@ def repeated(piece: bytes, total: int) -> Iterator[bytes]:
     while sent < total:
         yield piece
         sent += len(piece)
+
+
+def hostile_config(tmp: Path, hostile: HostileUpstream, good: str, kinds: Iterable[str], *,
+                   top: str = "", provider_extra: Callable[[str], str] = lambda kind: "") -> Path:
+    """A ``serve`` config: route ``ok`` → the good upstream, and for each hostile
+    ``kind`` a route ``kind`` → its provider (``hostile.url(kind)``) then ``good``;
+    breakers off, a ledger in ``tmp``. ``top`` and ``provider_extra(kind)`` add keys."""
+    parts = [f"""{top}
+[ledger]
+path = "{tmp / 'ledger.db'}"
+[health]
+failure_threshold = 0
+[providers.good]
+base_url = "{good}"
+[targets.good]
+endpoints = [{{ provider = "good", model = "g" }}]
+[routes.ok]
+targets = ["good"]
+"""]
+    for kind in kinds:
+        parts.append(f"""
+[providers.{kind}]
+base_url = "{hostile.url(kind)}"
+{provider_extra(kind)}
+[targets.{kind}]
+endpoints = [{{ provider = "{kind}", model = "m" }}]
+[routes.{kind}]
+targets = ["{kind}", "good"]
+""")
+    path = tmp / "humpyard.toml"
+    path.write_text("".join(parts))
+    return path
+
+
+def wait_decision(http: httpx.Client, request_id: str, timeout: float = 10) -> dict[str, Any]:
+    """The decision of ``request_id`` once recorded (the gateway records after answering)."""
+    deadline = time.monotonic() + timeout
+    while (r := http.get(f"/v1/decisions/{request_id}")).status_code == 404:
+        assert time.monotonic() < deadline, "the decision was never recorded"
+        time.sleep(0.02)
+    return r.json()  # type: ignore[no-any-return]
