@@ -21,6 +21,7 @@ FLOOD = 300  # of each kind
 KEYS = """
 [keys.admin]
 key_env = "DISK_KEY"
+admin = true
 """
 
 

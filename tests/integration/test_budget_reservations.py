@@ -54,6 +54,7 @@ key_env = "DEV"
 budget = {{ usd = {BUDGET}, period = "day" }}
 [keys.admin]
 key_env = "ADMIN"
+admin = true
 {ledger}
 """
 

@@ -46,6 +46,7 @@ key_env = "DEV"
 key_env = "OTHER"
 [keys.admin]
 key_env = "ADMIN"
+admin = true
 """
 
 
