@@ -14,13 +14,9 @@ keeps a response head back until the next write, which it joins to it, or until
 the end of the current event-loop turn (a stream's head goes out before its first
 event has arrived, as before). Everything else passes straight through.
 
-``ConnectionGuard`` bounds the client connections before the app sees a request
-(``[server]``; docs/security.md, "Client connections";
-docs/decisions/0011-client-connections.md): at most ``max_connections`` open (a
-503 beyond), a request head complete within ``header_timeout_secs`` and at most
-``max_header_bytes`` long (a 431, counted while reading), idle keep-alive
-connections closed after ``keepalive_timeout_secs``. ``serve`` owns SIGINT and
-SIGTERM unless its caller does: a stop drains the log and exits 0.
+``protocol_class(guard)`` adds the client-connection limits of ``[server]``
+(``connections.py``). ``serve`` owns SIGINT and SIGTERM unless its caller does:
+a stop drains the log and exits 0.
 """
 
 from __future__ import annotations
@@ -34,6 +30,8 @@ import signal
 import socket
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
+
+from humpyard.connections import ConnectionGuard, guarded, raise_open_files_limit
 
 log = logging.getLogger("humpyard")
 T = TypeVar("T")
@@ -85,114 +83,6 @@ class HeadHoldingTransport:
         return getattr(self._transport, name)
 
 
-LINGER_SECS = 1.0
-"""How long a refused connection keeps reading (and dropping) what the client still
-sends after its answer: closing a socket with unread bytes sends a reset, and the
-client would see the reset instead of the answer."""
-LOG_EVERY_SECS = 10.0
-"""At most one WARNING per this many seconds about connections refused at the cap."""
-MAX_NOFILE = 65536
-"""``serve`` raises its soft open-files limit up to the hard limit, at most to this."""
-
-
-def _refusal(status: bytes, code: str, message: str) -> bytes:
-    body = (b'{"error":{"message":"' + message.encode() + b'","type":"invalid_request_error",'
-            b'"code":"' + code.encode() + b'"}}')
-    return (b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\n"
-            b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n"
-            + body)
-
-
-def raise_open_files_limit(limit: int = MAX_NOFILE) -> int:
-    """Raise the soft open-files limit towards the hard one (at most ``limit``);
-    the soft limit in force afterwards."""
-    import resource
-    try:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    except (OSError, ValueError):  # no such limit here
-        return limit
-    want = limit if hard == resource.RLIM_INFINITY else min(hard, limit)
-    if soft != resource.RLIM_INFINITY and soft < want:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-            soft = want
-        except (OSError, ValueError):
-            pass
-    return limit if soft == resource.RLIM_INFINITY else int(soft)
-
-
-def connection_cap(configured: int | None, nofile: int) -> int:
-    """Client connections ``serve`` keeps open at most: ``configured`` (``[server]
-    max_connections``) or, by default, the open-files limit ``nofile`` less a reserve
-    (a quarter of it, at least 64) for upstream sockets, the ledger and connections
-    being refused; never more than that safe figure."""
-    safe = max(8, nofile - max(64, nofile // 4))
-    return safe if configured is None else min(configured, safe)
-
-
-class ConnectionGuard:
-    """What bounds the client connections of one ``serve``: at most ``cap()`` open
-    (beyond it a 503 and ``connection: close``), a request head complete within
-    ``header_timeout_secs`` (``sweep``), at most ``max_header_bytes`` of it read
-    (else a 431), ``keepalive_timeout_secs`` between requests; ``[server]``, read
-    afresh from ``settings()`` so a reload applies to new connections and heads."""
-
-    def __init__(self, settings: Callable[[], Any], nofile: int,
-                 refused: Any = None, now: Callable[[], float] | None = None) -> None:
-        self.settings = settings
-        self.nofile = nofile
-        self.refused = refused  # the humpyard_connections_refused_total counter, if any
-        self.open: set[Any] = set()  # accepted connections (protocols), not refused ones
-        # Connections refused at the cap, still draining, oldest first.
-        self.lingering: dict[Any, None] = {}
-        self._cap_for: tuple[Any, int] = (None, 0)
-        self._unlogged = 0
-        self._logged_at = -LOG_EVERY_SECS
-        self._now = now or (lambda: asyncio.get_running_loop().time())
-
-    def cap(self) -> int:
-        spec = self.settings()
-        seen, cap = self._cap_for
-        if spec is not seen:
-            cap = connection_cap(spec.max_connections, self.nofile)
-            if spec.max_connections is not None and cap < spec.max_connections:
-                log.warning("[server] max_connections = %d is above what the open-files limit "
-                            "(%d) leaves room for; using %d", spec.max_connections,
-                            self.nofile, cap)
-            self._cap_for = (spec, cap)
-        return cap
-
-    def count(self, reason: str) -> None:
-        if self.refused is not None:
-            self.refused.inc(reason=reason)
-
-    def over_cap(self) -> None:
-        """Count a connection refused at the cap; a WARNING at most every ``LOG_EVERY_SECS``."""
-        self.count("max_connections")
-        self._unlogged += 1
-        now = self._now()
-        if now - self._logged_at >= LOG_EVERY_SECS:
-            log.warning("refused %d client connection(s) with 503: %d open, at the [server] "
-                        "max_connections cap of %d (open-files limit %d)", self._unlogged,
-                        len(self.open), self.cap(), self.nofile)
-            self._unlogged = 0
-            self._logged_at = now
-
-    def expire_heads(self, now: float) -> None:
-        """Close every connection whose request head is older than the header timeout."""
-        limit = self.settings().header_timeout_secs
-        for conn in [c for c in self.open if c.head_since is not None
-                     and now - c.head_since > limit]:
-            conn.head_timed_out()
-
-    async def sweep(self) -> None:
-        """``expire_heads`` a few times per header timeout (at least once a second)."""
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(min(1.0, self.settings().header_timeout_secs / 4))
-            self.expire_heads(loop.time())
-
-
 def protocol_class(guard: ConnectionGuard | None = None) -> type[asyncio.Protocol]:
     """uvicorn's httptools protocol (h11 when httptools is missing), head-holding;
     with ``guard``, the httptools protocol keeps to its limits (``ConnectionGuard``)."""
@@ -208,125 +98,7 @@ def protocol_class(guard: ConnectionGuard | None = None) -> type[asyncio.Protoco
 
     if guard is None:
         return HeadHoldingProtocol
-    return _guarded(HeadHoldingProtocol, guard)
-
-
-def _guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
-    class GuardedProtocol(base):  # type: ignore[valid-type, misc]
-        """``base`` within ``guard``'s limits. ``head_since``: when the request head
-        being read began (the connection's start for the first), None between heads;
-        ``head_bytes``: bytes received since then; ``refused``: answered and draining."""
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            spec = guard.settings()
-            self.timeout_keep_alive = spec.keepalive_timeout_secs
-            self.max_head = spec.max_header_bytes
-            self.head_since: float | None = None
-            self.head_bytes = 0
-            self.refused = False
-            self._linger: asyncio.TimerHandle | None = None
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            if len(guard.open) >= guard.cap():
-                self.refused = True
-                self.transport = transport
-                guard.over_cap()
-                if len(guard.lingering) >= max(16, guard.nofile // 8):
-                    # Refusing many at once: the oldest refused one has had its answer.
-                    oldest = next(iter(guard.lingering))
-                    del guard.lingering[oldest]
-                    oldest.transport.close()
-                guard.lingering[self] = None
-                self._answer_and_close(_refusal(
-                    b"503 Service Unavailable", "too_many_connections",
-                    "too many open connections; retry later"))
-                return
-            guard.open.add(self)
-            self.head_since = self.loop.time()
-            super().connection_made(transport)
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            if self._linger is not None:
-                self._linger.cancel()
-                self._linger = None
-            guard.lingering.pop(self, None)
-            if self not in guard.open:
-                return
-            guard.open.discard(self)
-            super().connection_lost(exc)
-
-        def data_received(self, data: bytes) -> None:
-            if self.refused:
-                return  # answered already: what follows is dropped
-            n = len(data)
-            if self.head_bytes + n > self.max_head and self._at_head():
-                # A read that may hold a whole oversized head (reads are up to
-                # 256 KiB): measure the head up to its end before parsing any of it.
-                end = data.find(b"\r\n\r\n")
-                size = (self.head_bytes if self.head_since is not None else 0) + (
-                    end + 4 if end >= 0 else n)
-                if size > self.max_head:
-                    self._head_too_large()
-                    return
-            super().data_received(data)
-            if self.head_since is not None and not self.transport.is_closing():
-                self.head_bytes += n
-                if self.head_bytes > self.max_head:
-                    self._head_too_large()
-
-        def _at_head(self) -> bool:
-            """Whether what arrives now is (part of) a request head, not a body."""
-            cycle = self.cycle
-            return self.head_since is not None or cycle is None or cycle.response_complete
-
-        def on_message_begin(self) -> None:
-            if self.head_since is None:
-                self.head_since = self.loop.time()
-            self.head_bytes = 0
-            super().on_message_begin()
-
-        def on_headers_complete(self) -> None:
-            self.head_since = None
-            self.head_bytes = 0
-            super().on_headers_complete()
-
-        def _head_too_large(self) -> None:
-            guard.count("headers_too_large")
-            limit = self.max_head
-            self._stop_reading(_refusal(
-                b"431 Request Header Fields Too Large", "headers_too_large",
-                f"request head: more than {limit} bytes (the line and headers together)"))
-
-        def head_timed_out(self) -> None:
-            guard.count("header_timeout")
-            if self.head_bytes or (self.cycle is not None and not self.cycle.response_complete):
-                self._stop_reading(_refusal(b"408 Request Timeout", "request_timeout",
-                                            "the request head did not arrive in time"))
-            else:  # nothing sent since the connection (or the last answer): just close
-                self.head_since = None
-                self.transport.close()
-
-        def _stop_reading(self, answer: bytes) -> None:
-            """Answer (unless a response is under way, then just close) and drain."""
-            self.head_since = None
-            self.refused = True
-            if self.cycle is not None and not self.cycle.response_complete:
-                self.transport.close()
-                return
-            self._answer_and_close(answer)
-
-        def _answer_and_close(self, answer: bytes) -> None:
-            transport = self.transport
-            transport.write(answer)
-            try:
-                transport.write_eof()
-            except (NotImplementedError, AttributeError, RuntimeError, OSError):
-                transport.close()
-                return
-            self._linger = self.loop.call_later(LINGER_SECS, transport.close)
-
-    return GuardedProtocol
+    return guarded(HeadHoldingProtocol, guard)
 
 
 def run_loop(main: Coroutine[Any, Any, T]) -> T:

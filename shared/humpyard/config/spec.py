@@ -95,7 +95,7 @@ class ClientsSpec:
 class ServerSpec:
     """``[server]``: client connections of ``humpyard serve`` (docs/security.md,
     "Client connections"). ``max_connections`` None: derived from the open-files
-    limit (``serving.connection_cap``)."""
+    limit (``connections.connection_cap``)."""
 
     header_timeout_secs: float = 10
     max_header_bytes: int = 64 * 1024
