@@ -102,9 +102,12 @@ class Provider(_Strict):
     def _bedrock_endpoint(cls, data: Any) -> Any:
         """A Bedrock provider without ``base_url``: its region's ``bedrock-runtime``."""
         if isinstance(data, dict) and data.get("protocol") == "bedrock" \
-                and "base_url" not in data and isinstance(data.get("region"), str) \
-                and BEDROCK_REGION_RE.match(data["region"]):
-            data = {**data, "base_url": f"https://bedrock-runtime.{data['region']}.amazonaws.com"}
+                and "base_url" not in data:
+            region = data.get("region")
+            if not isinstance(region, str) or not BEDROCK_REGION_RE.match(region):
+                raise ValueError("protocol = \"bedrock\" needs region, an AWS region such "
+                                 "as \"us-east-1\" (base_url defaults to its endpoint)")
+            data = {**data, "base_url": f"https://bedrock-runtime.{region}.amazonaws.com"}
         return data
 
     @field_validator("base_url")

@@ -11,7 +11,8 @@ runs in a worker thread, never on the event loop.
 Only the signature headers come from here (``X-Amz-Date``, ``X-Amz-Security-Token``
 when there is a session token, ``Authorization``); the call itself goes through
 the gateway's own transport (``upstream/client.py``). Credentials are never
-logged, and no message here names one. botocore is the ``[aws]`` extra: it is
+logged (botocore's signer's DEBUG records, which quote the session token, are
+dropped), and no message here names one. botocore is the ``[aws]`` extra: it is
 imported only when a Bedrock call is signed (``config/resolve.py`` refuses a
 Bedrock provider when it is not installed).
 """
@@ -19,6 +20,7 @@ Bedrock provider when it is not installed).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +31,19 @@ SERVICE = "bedrock"
 
 SIGNED = ("x-amz-date", "x-amz-security-token", "authorization")
 """The headers a signature adds to a request."""
+
+
+class _NoSigningDetails(logging.Filter):
+    """botocore's signer logs the canonical request at DEBUG, and with it the session
+    token (``x-amz-security-token``): those records never leave ``botocore.auth``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno > logging.DEBUG
+
+
+_AUTH_LOG = logging.getLogger("botocore.auth")
+if not any(isinstance(f, _NoSigningDetails) for f in _AUTH_LOG.filters):
+    _AUTH_LOG.addFilter(_NoSigningDetails())
 
 
 class NoCredentials(TransportFailure):
