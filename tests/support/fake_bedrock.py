@@ -27,7 +27,7 @@ import json
 import re
 import struct
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 from urllib.parse import unquote
@@ -113,6 +113,30 @@ class StreamFail:
 
 
 Step = Reply | Fail | StreamFail
+Behaviour = Callable[["Received"], Step]
+"""A default that looks at the request (an agent's turn: ``agent_turn``)."""
+
+
+def agent_turn(tool: str, arguments: dict[str, Any]) -> Behaviour:
+    """An agent's model: with ``tool`` offered and no tool result in the last user
+    turn, call it; after a tool result, answer quoting it; else answer plainly."""
+
+    def turn(got: Received) -> Step:
+        body = got.json if isinstance(got.json, dict) else {}
+        messages = body.get("messages") or []
+        last = messages[-1].get("content") if messages else None
+        results = [b for b in last if isinstance(b, dict) and b.get("type") == "tool_result"] \
+            if isinstance(last, list) else []
+        if results:
+            content = results[-1].get("content")
+            text = content if isinstance(content, str) else " ".join(
+                b.get("text", "") for b in content or [] if isinstance(b, dict))
+            return Reply(f"The tool said: {text}")
+        if any(isinstance(t, dict) and t.get("name") == tool for t in body.get("tools") or []):
+            return Reply("", tool=(tool, arguments))
+        return Reply("plain answer")
+
+    return turn
 
 
 def reply(text: str = "hello from bedrock", **kw: Any) -> Reply:
@@ -144,10 +168,10 @@ class FakeBedrock:
 
     def __init__(self, *, region: str = "us-east-1", access_key: str = ACCESS_KEY,
                  secret_key: str = SECRET_KEY, token: str | None = SESSION_TOKEN,
-                 default: Step | None = None, count: int = 42):
+                 default: Step | Behaviour | None = None, count: int = 42):
         self.region = region
         self.credentials = Credentials(access_key, secret_key, token)
-        self.default: Step = default or Reply()
+        self.default: Step | Behaviour = default or Reply()
         self.count = count
         self._queue: collections.deque[Step] = collections.deque()
         self._received: list[Received] = []
@@ -254,8 +278,10 @@ class FakeBedrock:
         operation = match.group(2) if match else ""
         with self._lock:
             self._received.append(Received(target, model, operation, headers, body, parsed, ok))
-            step: Step = self._queue.popleft() if self._queue and ok and match \
+            step = self._queue.popleft() if self._queue and ok and match \
                 and operation != "count-tokens" else self.default
+        if callable(step):
+            step = step(self._received[-1])
         if not ok:
             return await _send_error(writer, Fail(403, "InvalidSignatureException",
                                                   "The request signature we calculated does "
