@@ -181,3 +181,23 @@ def test_no_credentials_is_an_unavailable_failure_naming_no_secret():
     with pytest.raises(NoCredentials) as err:
         asyncio.run(AwsSigner(credentials=Empty()).frozen())
     assert err.value.failure_class == "unavailable" and "secret" not in str(err.value)
+
+
+# -- prices --------------------------------------------------------------------------------------
+
+
+def test_bedrock_endpoints_and_inference_profiles_are_found_in_the_catalogue():
+    from humpyard.prices.catalog import parse_catalog
+
+    catalog = parse_catalog({"amazon-bedrock": {"models": {
+        "anthropic.claude-sonnet-4-5-20250929-v1:0": {
+            "cost": {"input": 3, "output": 15, "cache_read": 0.3, "cache_write": 3.75}}}}})
+    provider, how = catalog.find_provider("https://bedrock-runtime.eu-west-1.amazonaws.com",
+                                          None)
+    assert provider is not None and provider.id == "amazon-bedrock", how
+    for name in ("us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+                 "global.anthropic.claude-sonnet-4-5-20250929-v1:0",
+                 "anthropic.claude-sonnet-4-5-20250929-v1:0"):
+        model = provider.model(name)
+        assert model is not None and (model.price_input, model.price_output) == (3, 15)
+    assert provider.model("us.meta.llama-x") is None
