@@ -364,3 +364,34 @@ def test_bedrock_config_errors_name_the_field():
     cfg = config_from(base + 'region = "eu-central-1"\n' + rest)
     assert cfg.providers["b"].base_url == "https://bedrock-runtime.eu-central-1.amazonaws.com"
     assert cfg.providers["b"].region == "eu-central-1"
+
+
+def test_an_exception_frame_after_the_first_content_ends_the_clients_stream():
+    from tests.support.fake_bedrock import BreakAfterContent
+
+    with FakeBedrock() as east, FakeBedrock(region="us-west-2") as west, \
+            gateway(config(east.url, west.url)) as gw:
+        east.script(BreakAfterContent())
+        with claude_sdk(gw) as client, client.messages.stream(
+                model="r", max_tokens=64, messages=HELLO) as stream:
+            texts: list[str] = []
+            with pytest.raises(anthropic.APIStatusError):
+                for text in stream.text_stream:
+                    texts.append(text)
+        d = decisions(gw)[0]
+        assert west.received == []  # nothing fails over after content went out
+    assert "".join(texts) == "partial "
+    assert d["outcome"] == "stream_broken", d
+
+
+def test_an_anthropic_client_on_a_converse_model_gets_an_anthropic_answer():
+    with FakeBedrock() as east, gateway(config(east.url, model=NOVA)) as gw:
+        east.script(reply("nova says hi"), reply("nova streams"))
+        with claude_sdk(gw) as client:
+            msg = client.messages.create(model="r", max_tokens=32, messages=HELLO)
+            with client.messages.stream(model="r", max_tokens=32, messages=HELLO) as stream:
+                final = stream.get_final_message()
+        ops = [r.operation for r in east.received]
+    assert ops == ["converse", "converse-stream"]
+    assert msg.content[0].text == "nova says hi"
+    assert final.content[0].text.strip() == "nova streams"

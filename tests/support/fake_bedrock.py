@@ -112,7 +112,15 @@ class StreamFail:
     message: str = "Too many requests, please wait before trying again."
 
 
-Step = Reply | Fail | StreamFail
+@dataclass(frozen=True)
+class BreakAfterContent:
+    """A stream that sends its first text delta, then an exception frame."""
+
+    type: str = "modelStreamErrorException"
+    message: str = "the model stopped"
+
+
+Step = Reply | Fail | StreamFail | BreakAfterContent
 Behaviour = Callable[["Received"], Step]
 """A default that looks at the request (an agent's turn: ``agent_turn``)."""
 
@@ -293,6 +301,10 @@ class FakeBedrock:
         if isinstance(step, Fail):
             return await _send_error(writer, step)
         stream = operation.endswith("stream")
+        if isinstance(step, BreakAfterContent):
+            events = _events(Reply("partial answer"), model)[:3]
+            return await _send_frames(writer, [*(chunk_frame(e) for e in events),
+                                               exception_frame(step.type, step.message)])
         if isinstance(step, StreamFail):
             if not stream:
                 return await _send_error(writer, Fail(429, "ThrottlingException", step.message))
