@@ -395,3 +395,43 @@ def test_an_anthropic_client_on_a_converse_model_gets_an_anthropic_answer():
     assert ops == ["converse", "converse-stream"]
     assert msg.content[0].text == "nova says hi"
     assert final.content[0].text.strip() == "nova streams"
+
+
+def test_a_bedrock_provider_without_botocore_says_to_install_the_aws_extra(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "botocore" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"humpyard\[aws\]"):
+        config_from('[providers.b]\nprotocol = "bedrock"\nregion = "us-east-1"\n'
+                    '[targets.t]\nendpoints = [{ provider = "b", model = "m" }]\n'
+                    '[routes.r]\ntargets = ["t"]\n')
+
+
+def test_both_regions_throttled_fall_back_to_anthropics_api():
+    from tests.support.anthropic_steps import message
+    from tests.support.fake_upstream import FakeUpstream
+
+    with FakeBedrock() as east, FakeBedrock(region="us-west-2") as west, \
+            FakeUpstream(default=message("from anthropic")) as api:
+        text = config(east.url, west.url).replace('targets = ["claude"]',
+                                                  'targets = ["claude", "direct"]')
+        text += f"""
+[providers.anthropic]
+base_url = "{api.url}"
+protocol = "anthropic"
+[targets.direct]
+endpoints = [{{ provider = "anthropic", model = "claude-sonnet-4-5" }}]
+"""
+        east.script(fail(429, "ThrottlingException", "slow down"))
+        west.script(fail(429, "ThrottlingException", "slow down"))
+        with gateway(text) as gw, claude_sdk(gw) as client:
+            msg = client.messages.create(model="r", max_tokens=8, messages=HELLO,
+                                         extra_headers={"anthropic-beta": BETAS})
+            d = decisions(gw)[0]
+        [sent] = api.requests
+    assert msg.content[0].text == "from anthropic"
+    assert [a["provider"] for a in d["attempts"]] == ["east", "west", "anthropic"]
+    # Anthropic's API gets the client's betas as they were, as a header
+    assert sent.headers["anthropic-beta"] == BETAS and "anthropic_beta" not in sent.json
