@@ -179,6 +179,7 @@ def test_an_anthropic_stream_is_relayed_from_the_event_stream_with_a_tool_call()
         [got] = east.received
     assert got.signature_ok and got.operation == "invoke-with-response-stream"
     assert "stream" not in got.json
+    assert got.headers["accept"] == "application/vnd.amazon.eventstream"
     assert "".join(texts) == "Let me look."
     assert [b.type for b in final.content] == ["text", "tool_use"]
     assert final.content[1].input == {"city": "Oslo"}

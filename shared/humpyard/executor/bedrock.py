@@ -87,14 +87,14 @@ class BedrockUpstream:
                 message, notes = fit_message(message, max_output_tokens=ep.max_output_tokens,
                                              reasoning=ep.reasoning)
             out = invoke_body(message, split_betas(native.headers.get("anthropic-beta")), notes)
-            return Request(dumps(out), None, True, notes or None, path)
+            return Request(dumps(out), _accept(stream), True, notes or None, path)
         if ep.adapts:
             body, notes = fit_chat(body, max_output_tokens=ep.max_output_tokens,
                                    reasoning=ep.reasoning)
         message, more = encode_request(body, model=ep.model)
         notes += more
         out = invoke_body(message, [], notes) if claude else converse_request(message, notes)
-        return Request(dumps(out), None, False, notes or None, path)
+        return Request(dumps(out), _accept(stream), False, notes or None, path)
 
     def read(self, raw: bytes, native: bool) -> Answer | None:
         """A Messages answer (InvokeModel) or a Converse answer, as for ``prepare``."""
@@ -188,6 +188,14 @@ class _Frames(_Events):
                 raise _Broken("upstream sent a stream event that is not an object")
             out.append(_sse(str(event.get("type") or ""), event, inner))
         return out
+
+
+STREAM_ACCEPT = {"accept": "application/vnd.amazon.eventstream"}
+
+
+def _accept(stream: bool) -> dict[str, str] | None:
+    """A streamed call asks for the event stream (a buffered one keeps ``application/json``)."""
+    return STREAM_ACCEPT if stream else None
 
 
 def _object(payload: bytes) -> dict[str, Any]:
