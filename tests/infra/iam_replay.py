@@ -91,6 +91,27 @@ def authorizations(service: str, operation: str, params: dict[str, Any]) -> list
     raise AssertionError(f"{service}.{operation}: not known to iam_replay")
 
 
+BEDROCK_ACTIONS = {"invoke": "bedrock:InvokeModel",
+                   "invoke-with-response-stream": "bedrock:InvokeModelWithResponseStream",
+                   "converse": "bedrock:InvokeModel",  # Converse is authorized as InvokeModel
+                   "converse-stream": "bedrock:InvokeModelWithResponseStream",
+                   "count-tokens": "bedrock:CountTokens"}
+
+
+def bedrock_authorization(operation: str, model: str, region: str,
+                          account: str = ACCOUNT) -> Request:
+    """What IAM checks for a Bedrock runtime call (``/model/{model}/{operation}``), which
+    humpyard makes on its own transport, not on a botocore client: the model's ARN
+    (a foundation model, an inference profile id, or an ARN as given)."""
+    if model.startswith("arn:"):
+        resource = model
+    elif model.split(".", 1)[0] in ("us", "eu", "apac", "global", "jp", "au", "ca"):
+        resource = f"arn:aws:bedrock:{region}:{account}:inference-profile/{model}"
+    else:
+        resource = f"arn:aws:bedrock:{region}::foundation-model/{model}"
+    return Request(BEDROCK_ACTIONS[operation], resource)
+
+
 def _dynamodb(operation: str, params: dict[str, Any]) -> list[Request]:
     if operation in ("GetItem", "DeleteItem", "UpdateItem"):
         return [Request(f"dynamodb:{operation}", _table(params["TableName"]),

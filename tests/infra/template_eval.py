@@ -2,7 +2,7 @@
 
 ``Deployment(doc, parameters)`` evaluates the template's conditions for the
 given stack parameters (defaults filled in, as CloudFormation does) and
-resolves ``Ref``, ``Fn::GetAtt``, ``Fn::Sub``, ``Fn::If``, ``Fn::Join`` and
+resolves ``Ref``, ``Fn::GetAtt``, ``Fn::Sub``, ``Fn::If``, ``Fn::Join``, ``Fn::Split`` and
 the pseudo parameters to the values a stack in ``us-east-1`` of account
 ``123456789012`` would see. Physical names of the stack's own resources
 are made up the way CloudFormation makes them, or given (``physical``) when a
@@ -150,6 +150,9 @@ class Deployment:
             if key == "Fn::Join":
                 sep, parts = arg
                 return sep.join(str(p) for p in self.resolve(parts))
+            if key == "Fn::Split":
+                sep, text = arg
+                return str(self.resolve(text)).split(sep)
             assert not key.startswith("Fn::"), f"{key} is not known to template_eval"
         out = {k: self.resolve(v) for k, v in value.items()}
         return {k: v for k, v in out.items() if v is not NO_VALUE}

@@ -416,3 +416,83 @@ def test_the_secret_parameter_takes_only_a_complete_arn(arn: str, accepted: bool
     pattern = template()["Parameters"]["ProviderKeysSecretArn"]["AllowedPattern"]
     assert bool(re.fullmatch(pattern, arn)) is accepted
 
+
+
+# -- Bedrock: the client functions call exactly the listed models ---------------------------
+
+
+BEDROCK_PROFILE = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
+BEDROCK_ARNS = [
+    f"arn:aws:bedrock:us-east-1:123456789012:inference-profile/{BEDROCK_PROFILE}",
+    "arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-lite-v1:0",
+]
+
+
+def test_bedrock_calls_are_allowed_on_exactly_the_listed_models(monkeypatch, tmp_path) -> None:
+    """Real Bedrock calls (InvokeModel, its stream, Converse, CountTokens) made through a
+    gateway to the fake Bedrock runtime, replayed against each client role; a model the
+    parameter does not list, and every function without the parameter, is denied."""
+    from iam_replay import bedrock_authorization
+
+    from tests.support.fake_bedrock import ACCESS_KEY, SECRET_KEY, SESSION_TOKEN, FakeBedrock
+    from tests.support.gateway import running_gateway
+
+    for name, value in (("AWS_ACCESS_KEY_ID", ACCESS_KEY), ("AWS_SECRET_ACCESS_KEY", SECRET_KEY),
+                        ("AWS_SESSION_TOKEN", SESSION_TOKEN),
+                        ("AWS_CONFIG_FILE", str(tmp_path / "none")),
+                        ("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none")),
+                        ("AWS_EC2_METADATA_DISABLED", "true")):
+        monkeypatch.setenv(name, value)
+    params = {"BedrockModelArns": ",".join(BEDROCK_ARNS)}
+    d = Deployment(translated(params), params)
+    with FakeBedrock() as bedrock, running_gateway(f"""
+[providers.bedrock]
+protocol = "bedrock"
+region = "us-east-1"
+base_url = "{bedrock.url}"
+[targets.claude]
+endpoints = [{{ provider = "bedrock", model = "{BEDROCK_PROFILE}" }}]
+[targets.nova]
+endpoints = [{{ provider = "bedrock", model = "amazon.nova-lite-v1:0" }}]
+[routes.claude]
+targets = ["claude"]
+[routes.nova]
+targets = ["nova"]
+""") as gw, gw.client() as c:
+        hello = [{"role": "user", "content": "hi"}]
+        for route in ("claude", "nova"):
+            for stream in (False, True):
+                r = c.post("/v1/chat/completions", json={"model": route, "messages": hello,
+                                                         "stream": stream})
+                assert r.status_code == 200, r.text
+        r = c.post("/v1/messages/count_tokens", json={"model": "claude", "messages": hello})
+        assert r.json()["input_tokens"] == bedrock.count
+        calls = [(got.operation, got.model) for got in bedrock.received]
+    assert sorted({op for op, _ in calls}) == ["converse", "converse-stream", "count-tokens",
+                                               "invoke", "invoke-with-response-stream"]
+    requests = [bedrock_authorization(op, model, "us-east-1") for op, model in calls]
+    for function in CLIENT_FUNCTIONS:
+        statements = d.role_statements(function)
+        denied = [r for r in requests if allowing(statements, r) is None]
+        assert not denied, f"{function} would be denied: {denied}"
+        other = bedrock_authorization("invoke", "anthropic.claude-opus-4-1-20250805-v1:0",
+                                      "us-east-1")
+        assert allowing(statements, other) is None
+    for function in ("AdminFunction", "QuotaPollerFunction"):
+        assert not _grants(d, function, "bedrock:")
+    plain = Deployment(translated())
+    for function in CLIENT_FUNCTIONS:
+        assert not _grants(plain, function, "bedrock:")
+
+
+@pytest.mark.parametrize(("value", "accepted"), [
+    ("", True),
+    (",".join(BEDROCK_ARNS), True),
+    ("arn:aws:bedrock:*::foundation-model/anthropic.claude-sonnet-4-5-20250929-v1:0", True),
+    ("arn:aws:bedrock:us-east-1::foundation-model/*", False),
+    ("*", False),
+    ("anthropic.claude-sonnet-4-5-20250929-v1:0", False),
+])
+def test_the_bedrock_parameter_takes_only_exact_model_arns(value: str, accepted: bool) -> None:
+    pattern = template()["Parameters"]["BedrockModelArns"]["AllowedPattern"]
+    assert bool(re.fullmatch(pattern, value)) is accepted

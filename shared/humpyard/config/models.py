@@ -60,11 +60,16 @@ class Endpoint(_Strict):
     reasoning: bool | None = None
 
 
+BEDROCK_REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$")
+
+
 class Provider(_Strict):
-    """An upstream: OpenAI chat completions, or Anthropic Messages (``protocol``)."""
+    """An upstream: OpenAI chat completions, Anthropic Messages, or Amazon Bedrock
+    (``protocol``; Bedrock: ``region``, ``base_url`` optional, no ``api_key_env``)."""
 
     base_url: str
-    protocol: Literal["openai", "anthropic"] = "openai"
+    protocol: Literal["openai", "anthropic", "bedrock"] = "openai"
+    region: str | None = None  # bedrock only: the AWS region signed for (docs/upstream.md)
     api_key_env: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     max_retries: int = Field(default=0, ge=0, le=10)
@@ -92,6 +97,19 @@ class Provider(_Strict):
     rpm_limit: int | None = Field(default=None, ge=1, le=100_000_000)  # pacing: health/pacing.py
     tpm_limit: int | None = Field(default=None, ge=1, le=100_000_000_000)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _bedrock_endpoint(cls, data: Any) -> Any:
+        """A Bedrock provider without ``base_url``: its region's ``bedrock-runtime``."""
+        if isinstance(data, dict) and data.get("protocol") == "bedrock" \
+                and "base_url" not in data:
+            region = data.get("region")
+            if not isinstance(region, str) or not BEDROCK_REGION_RE.match(region):
+                raise ValueError("protocol = \"bedrock\" needs region, an AWS region such "
+                                 "as \"us-east-1\" (base_url defaults to its endpoint)")
+            data = {**data, "base_url": f"https://bedrock-runtime.{region}.amazonaws.com"}
+        return data
+
     @field_validator("base_url")
     @classmethod
     def _url(cls, v: str) -> str:
@@ -105,6 +123,21 @@ class Provider(_Strict):
         if v is not None and not v.startswith("/"):
             raise ValueError(f"must start with '/', got {v!r}")
         return v
+
+    @model_validator(mode="after")
+    def _bedrock_fields(self) -> Provider:
+        if self.protocol != "bedrock":
+            if self.region is not None:
+                raise ValueError("region is for protocol = \"bedrock\" only")
+            return self
+        if self.region is None or not BEDROCK_REGION_RE.match(self.region):
+            raise ValueError("protocol = \"bedrock\" needs region, an AWS region such as "
+                             "\"us-east-1\"")
+        if self.api_key_env is not None:
+            raise ValueError("api_key_env is not used with protocol = \"bedrock\": calls are "
+                             "signed with AWS credentials from the standard chain "
+                             "(docs/upstream.md, \"Amazon Bedrock\")")
+        return self
 
     @model_validator(mode="after")
     def _no_secret_in_plain_sight(self) -> Provider:

@@ -9,6 +9,7 @@ all errors found are reported together, with the schema errors found before
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import ipaddress
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
@@ -184,7 +185,11 @@ def _providers(raw: RawConfig, env: Mapping[str, str], errors: list[str],
             catalog_id=p.catalog_id,
             proxy=p.proxy, ca_file=p.ca_file, client_cert=p.client_cert,
             client_key=p.client_key, max_concurrent=p.max_concurrent, protocol=p.protocol,
-            limits=_limits(raw.router, p), rpm_limit=p.rpm_limit, tpm_limit=p.tpm_limit)
+            limits=_limits(raw.router, p), rpm_limit=p.rpm_limit, tpm_limit=p.tpm_limit,
+            region=p.region)
+        if p.protocol == "bedrock" and importlib.util.find_spec("botocore") is None:
+            errors.append(f"{path('providers', name, 'protocol')}: \"bedrock\" signs its calls "
+                          "with botocore, which is not installed: install humpyard[aws]")
     return out
 
 

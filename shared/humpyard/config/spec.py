@@ -240,6 +240,7 @@ class ProviderSpec:
     limits: AnswerLimits = AnswerLimits()  # [router]'s, with the provider's own keys
     rpm_limit: int | None = None  # the provider's own limits, for pacing (health/pacing.py)
     tpm_limit: int | None = None
+    region: str | None = None  # protocol "bedrock": the AWS region signed for
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,8 @@
 ``POST /v1/messages/count_tokens`` is answered by the provider itself when
 the request's plan (made as for a real request, without random draws) puts
 an endpoint first whose protocol can count (Anthropic Messages:
-``{base_url}/messages/count_tokens``). Anything else — another protocol, a
+``{base_url}/messages/count_tokens``; Bedrock: CountTokens for a Claude model).
+Anything else — another protocol, a
 failed or slow call, an answer without a count — gives None and the caller
 answers with the gateway's own estimate (docs/clients.md, "Anthropic
 upstreams"). A count is side traffic: it is not recorded as a decision and
@@ -40,11 +41,12 @@ async def count_upstream(ex: Executor, plan: Plan, config: Config, native: Nativ
     provider = config.providers[ep.provider]
     proto = ex.upstreams[provider.protocol]
     req = proto.prepare_count(native, ep, provider)
-    if req is None or proto.count_path is None:
+    path = None if req is None else req.path or proto.count_path
+    if req is None or path is None:
         return None
     try:
         async with asyncio.timeout(min(provider.timeout_secs, COUNT_TIMEOUT_SECS)):
-            resp = await ex.client.open(provider, proto.count_path, req.payload,
+            resp = await ex.client.open(provider, path, req.payload,
                                         extra_headers=req.headers)
             try:
                 raw = await resp.read(ERROR_BODY_LIMIT)
@@ -61,7 +63,8 @@ async def count_upstream(ex: Executor, plan: Plan, config: Config, native: Nativ
         log.info("token count at %s answered %d; answering the estimate", ep.key, resp.status)
         return None
     try:
-        tokens = json.loads(raw).get("input_tokens")
+        data = json.loads(raw)
+        tokens = data.get("input_tokens", data.get("inputTokens"))  # Bedrock: inputTokens
     except (ValueError, AttributeError):
         tokens = None
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:

@@ -26,6 +26,7 @@ from humpyard.protocols.anthropic_upstream import chat_usage
 from humpyard.protocols.anthropic_upstream_stream import ChunkTranslator
 from humpyard.protocols.sse import DONE, SSEDecoder, SSEEvent, SSETooLarge
 from humpyard.redact import redact
+from humpyard.upstream.classify import Classification
 from humpyard.upstream.client import UpstreamResponse
 from humpyard.upstream.errors import BodyTooLarge, EventTooLarge
 
@@ -74,6 +75,7 @@ class HeldStream:
     events: AsyncIterator[list[SSEEvent]] | None = None  # batches, one per upstream read
     error: str | None = None
     usage: dict[str, int] = field(default_factory=dict)
+    classification: Classification | None = None  # the error's, when not a plain 502
 
 
 def _has_content(obj: dict) -> bool:
@@ -191,7 +193,12 @@ NO_MESSAGE_STOP = "the upstream's stream ended without message_stop; the answer 
 
 
 class _Broken(Exception):
-    """The upstream's stream said it failed (an ``error`` event) or is unreadable."""
+    """The upstream's stream said it failed (an ``error`` event) or is unreadable;
+    ``classification`` when the failure has a type of its own (Bedrock's exceptions)."""
+
+    def __init__(self, message: str, classification: Classification | None = None):
+        super().__init__(message)
+        self.classification = classification
 
 
 class _AnthropicEvents:
@@ -274,14 +281,16 @@ class _AnthropicEvents:
 async def hold_back_anthropic(resp: UpstreamResponse, wanted_usage: bool = True,
                               secrets: Sequence[str | None] = (),
                               translator: ChunkTranslator | None = None,
-                              limits: AnswerLimits = DEFAULT_LIMITS) -> HeldStream:
+                              limits: AnswerLimits = DEFAULT_LIMITS,
+                              events: _Events | None = None) -> HeldStream:
     """``hold_back`` for an Anthropic Messages stream (see the module docstring).
 
     With ``translator`` the events come out as chat chunks; without, as they
     came. After the first content, an ``error`` event, or an end without
     ``message_stop``, raises ``UpstreamError`` (code ``stream_broken``) from
-    the relayed rest."""
-    events = _Events(resp, limits)
+    the relayed rest. ``events`` reads the body when it is not SSE (Bedrock's
+    event stream: ``executor/bedrock.py``)."""
+    events = events or _Events(resp, limits)
     reader = _AnthropicEvents(translator, wanted_usage, secrets)
     held: list[SSEEvent] = []
     raw = events.raw
@@ -291,7 +300,7 @@ async def hold_back_anthropic(resp: UpstreamResponse, wanted_usage: bool = True,
             if reader.content or reader.ended:
                 break
     except _Broken as e:
-        return HeldStream(error=str(e))
+        return HeldStream(error=str(e), classification=e.classification)
     if not reader.content and not reader.ended:
         return HeldStream(error="upstream closed the stream before any content")
     events.relaying()

@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from humpyard.clock import Clock
 from humpyard.config.spec import AnswerLimits, EndpointSpec, ProviderSpec
+from humpyard.executor.bedrock import BedrockUpstream
+from humpyard.executor.calls import Answer, Request, dumps
 from humpyard.executor.stream import HeldStream, hold_back, hold_back_anthropic
 from humpyard.protocols.adapt import fit_chat, fit_message
 from humpyard.protocols.anthropic_errors import anthropic_error_facts
@@ -42,34 +44,14 @@ from humpyard.records import Native
 from humpyard.upstream.classify import Classification, classify_status
 from humpyard.upstream.client import UpstreamResponse
 
-
-class Request(NamedTuple):
-    """What one attempt sends: the body, headers beyond the provider's (or None),
-    whether the body is the client's own (``native``), and notes (or None)."""
-
-    payload: bytes
-    headers: dict[str, str] | None
-    native: bool
-    notes: list[str] | None
-
-
-class Answer(NamedTuple):
-    """A buffered answer read: the ``Served`` body, the bytes to send the client as
-    they are (None when the body was translated), and the usage."""
-
-    body: dict[str, Any]
-    body_bytes: bytes | None
-    usage: dict[str, Any]
-
-
-def _dumps(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+_dumps = dumps
 
 
 class OpenAIUpstream:
     """OpenAI chat completions at ``{base_url}/chat/completions`` (the default)."""
 
     name = "openai"
+    relayed = "openai"  # what a native answer is, for the client's encoder
     path = "/chat/completions"
     answer = "a chat completion"  # what a 200's body must be
     count_path: str | None = None
@@ -105,7 +87,8 @@ class OpenAIUpstream:
                         limits: AnswerLimits) -> HeldStream:
         return await hold_back(resp, wanted_usage, secrets=secrets, limits=limits)
 
-    def classify(self, status: int, head: bytes) -> Classification:
+    def classify(self, status: int, head: bytes,
+                 headers: Mapping[str, str] | None = None) -> Classification:
         return classify_status(status, head)
 
     def prepare_count(self, native: Native, ep: EndpointSpec,
@@ -126,6 +109,7 @@ class AnthropicUpstream:
     """Anthropic Messages at ``{base_url}/messages``, the key as ``x-api-key``."""
 
     name = "anthropic"
+    relayed = "anthropic"
     path = "/messages"
     answer = "a message"
     count_path: str | None = "/messages/count_tokens"
@@ -189,7 +173,8 @@ class AnthropicUpstream:
                                                          model=model)
         return await hold_back_anthropic(resp, wanted_usage, secrets, translator, limits)
 
-    def classify(self, status: int, head: bytes) -> Classification:
+    def classify(self, status: int, head: bytes,
+                 headers: Mapping[str, str] | None = None) -> Classification:
         return classify_status(*anthropic_error_facts(status, head))
 
     def prepare_count(self, native: Native, ep: EndpointSpec,
@@ -209,9 +194,11 @@ def _streamed(body: dict[str, Any], stream: bool) -> dict[str, Any]:
     return body
 
 
-UpstreamProtocol = OpenAIUpstream | AnthropicUpstream
+UpstreamProtocol = OpenAIUpstream | AnthropicUpstream | BedrockUpstream
 
 
 def upstream_protocols(clock: Clock) -> Mapping[str, UpstreamProtocol]:
-    """Each ``protocol`` a provider may name → what speaks it."""
-    return {"openai": OpenAIUpstream(), "anthropic": AnthropicUpstream(clock)}
+    """Each ``protocol`` a provider may name → what speaks it (Bedrock:
+    ``executor/bedrock.py``)."""
+    return {"openai": OpenAIUpstream(), "anthropic": AnthropicUpstream(clock),
+            "bedrock": BedrockUpstream(clock)}

@@ -173,7 +173,7 @@ class Executor:
         resp: UpstreamResponse | None = None
         try:
             async with asyncio.timeout(provider.timeout_secs):
-                resp = await self.client.open(provider, proto.path, req.payload,
+                resp = await self.client.open(provider, req.path or proto.path, req.payload,
                                               extra_headers=req.headers,
                                               connect_timeout=connect_timeout, stream=stream)
                 att.status = resp.status
@@ -234,13 +234,13 @@ class Executor:
             msg = _error_message(raw, json_only=True) or NOT_A_STREAM
             cls = classify_status(502, b"")
             return Failure(502, msg, str(cls.failure_class)), cls
-        relayed = proto.name if native else None
+        relayed = proto.relayed if native else None
         if stream:
             head = await proto.hold_back(resp, native=native, wanted_usage=wanted_usage,
                                          secrets=(provider.api_key,), model=ep.model,
                                          limits=provider.limits)
             if head.error is not None:
-                cls = classify_status(502, b"")
+                cls = head.classification or classify_status(502, b"")
                 return Failure(502, head.error, str(cls.failure_class)), cls
             ms = (self.clock.monotonic() - started) * 1000
             att.latency_ms = ms
@@ -275,7 +275,7 @@ class Executor:
     def _http_failure(self, resp: UpstreamResponse, raw: bytes, ep: EndpointSpec,
                       proto: UpstreamProtocol) -> tuple[Failure, Classification]:
         head = raw[:BODY_HEAD_BYTES]
-        cls = proto.classify(resp.status, head)
+        cls = proto.classify(resp.status, head, resp.headers)
         msg = _error_message(raw) or f"upstream answered {resp.status}"
         failure = Failure(resp.status, msg, str(cls.failure_class))
         if resp.status in (429, 503):

@@ -12,6 +12,7 @@ value), so the label is never taken from it: each note is a
 from __future__ import annotations
 
 KINDS: tuple[str, ...] = (
+    "beta",  # an anthropic-beta value an upstream (Bedrock) does not take
     "billing_header",  # Claude Code's x-anthropic-billing-header line removed
     "cache_control",  # prompt-caching marks an upstream cannot take
     "client_id",  # metadata.user_id, user, safety_identifier kept at the gateway

@@ -48,6 +48,19 @@ KNOWN_HOSTS = {
 }
 
 
+BEDROCK = "amazon-bedrock"
+"""The catalogue's id for Amazon Bedrock, whose endpoints are regional
+(``bedrock-runtime.{region}.amazonaws.com``) and whose entry gives no ``api``."""
+PROFILE_PREFIXES = frozenset({"us", "eu", "apac", "global", "jp", "au", "ca", "us-gov"})
+"""The geography a Bedrock inference profile id starts with (``us.anthropic.…``): the
+profile is priced as the model after it."""
+
+
+def _bedrock_host(host: str) -> str | None:
+    return BEDROCK if host.startswith("bedrock-runtime.") and \
+        host.endswith(".amazonaws.com") else None
+
+
 class CatalogError(HumpyardError):
     """The catalogue could not be read or is not in the models.dev format."""
 
@@ -78,6 +91,9 @@ class CatalogProvider:
         if found is None:
             lowered = {k.lower(): v for k, v in self.models.items()}
             found = lowered.get(name.lower())
+        prefix, _, rest = name.partition(".")
+        if found is None and prefix in PROFILE_PREFIXES and rest:
+            return self.model(rest)  # a Bedrock inference profile: its model's entry
         return found
 
 
@@ -124,7 +140,7 @@ class Catalog:
         if len(best) > 1:
             ids = ", ".join(sorted(p.id for p in best))
             return None, f"host {host} is several catalogue providers ({ids}): set catalog_id"
-        known = KNOWN_HOSTS.get(host)
+        known = KNOWN_HOSTS.get(host) or _bedrock_host(host)
         if known and known in self.providers:
             return self.providers[known], f"host {host}"
         return None, f"host {host or base_url} is no provider in the catalogue: set catalog_id"

@@ -46,10 +46,12 @@ from humpyard.upstream.limits import Slots
 from humpyard.upstream.proxies import ProxyRules, ProxyURLError, choose
 from humpyard.upstream.tls import TLSOptions
 from humpyard.upstream.transport import FastTransport, Timeouts
-from humpyard.upstream.wire import finish_head, head_prefix, host_header
+from humpyard.upstream.wire import HeaderInjection, finish_head, head_prefix, host_header
 
 if TYPE_CHECKING:
     import httpx
+
+    from humpyard.upstream.aws_sign import AwsSigner
 
 __all__ = ["TransportFailure", "UpstreamClient", "UpstreamResponse"]
 
@@ -259,6 +261,7 @@ class UpstreamClient:
         self._http: httpx.AsyncClient | None = None
         self._heads: dict[tuple[Any, ...], _Head] = {}
         self._providers: dict[tuple[str, str, int], ProviderSpec] = {}
+        self.aws: AwsSigner | None = None  # Bedrock's signer, made on first use
 
     def configure(self, config: Config) -> None:
         """Use ``config``'s concurrency limits, and its providers' proxy and TLS
@@ -356,6 +359,8 @@ class UpstreamClient:
                 provider = replace(provider, connect_timeout_secs=cut)
             return await self._open_via_httpx(provider, path, body, extra_headers)
         _, origin, prefix, timings = self._head(provider, path, extra_headers)
+        if provider.protocol == "bedrock":
+            prefix += await self._signature(provider, path, body, extra_headers)
         timeouts = timings[stream]
         if cut is not None:
             timeouts = timeouts._replace(connect=cut)
@@ -372,9 +377,37 @@ class UpstreamClient:
                     provider.limits.max_decompression_ratio, origin.address), origin.address)
         return UpstreamResponse(ans.status, headers, ans.body, origin.address)
 
+    def _signer(self) -> AwsSigner:
+        if self.aws is None:
+            from humpyard.upstream.aws_sign import AwsSigner
+            self.aws = AwsSigner()
+        return self.aws
+
+    async def _signed(self, provider: ProviderSpec, path: str, body: bytes,
+                      extra: dict[str, str] | None) -> list[tuple[str, str]]:
+        """A Bedrock call's SigV4 headers (``upstream/aws_sign.py``): the host and the
+        content type are signed with the body; the rest of the head goes unsigned."""
+        parts = urlsplit(provider.base_url + path)
+        host = host_header(ascii_host(parts.hostname or ""), parts.port)
+        ctype = (extra or {}).get("content-type", "application/json")
+        return await self._signer().sign(provider.region or "", provider.base_url + path,
+                                         host, body, {"content-type": ctype})
+
+    async def _signature(self, provider: ProviderSpec, path: str, body: bytes,
+                         extra: dict[str, str] | None) -> bytes:
+        lines = [f"{k}: {v}\r\n".encode("latin-1")
+                 for k, v in await self._signed(provider, path, body, extra)]
+        out = b"".join(lines)
+        if out.count(b"\n") != len(lines) or out.count(b"\r") != len(lines):
+            raise HeaderInjection("CR or LF in a signature header")
+        return out
+
     async def _open_via_httpx(self, provider: ProviderSpec, path: str, body: bytes,
                               extra_headers: dict[str, str] | None) -> UpstreamResponse:
         from humpyard.upstream.bridge import open_via_httpx
+        if provider.protocol == "bedrock":
+            extra_headers = {**(extra_headers or {}),
+                             **dict(await self._signed(provider, path, body, extra_headers))}
         release = await self.slots.acquire(provider.name, provider.max_concurrent)
         try:
             status, got, resp_body = await open_via_httpx(
