@@ -217,16 +217,23 @@ async def send_stream(send: Send, watch: ClientWatch | None, headers: dict[str, 
     With ``heartbeat_secs``, every silence that long between chunks is filled with an
     SSE comment (``HEARTBEAT``, which every SSE client skips), so an idle timeout on
     the way (API Gateway's, a proxy's) never cuts a stream whose model is thinking.
-    The timer is re-armed per chunk; a beat is never sent while a chunk is."""
+    One timer runs per stream, not one per chunk: when it fires it sends a beat only if
+    nothing was sent for ``heartbeat_secs`` (``last``: when the last chunk went out),
+    else it waits for the rest of that silence. A beat is never sent while a chunk is."""
     loop = asyncio.get_running_loop()
     beat: asyncio.Future[None] | None = None
     timer: asyncio.TimerHandle | None = None
+    last = 0.0
+    sending = False
 
     def pulse() -> None:
         nonlocal beat, timer
-        beat = asyncio.ensure_future(
-            send({"type": "http.response.body", "body": HEARTBEAT, "more_body": True}))
-        timer = loop.call_later(heartbeat_secs, pulse)
+        quiet = loop.time() - last
+        if quiet >= heartbeat_secs and not sending and (beat is None or beat.done()):
+            beat = asyncio.ensure_future(
+                send({"type": "http.response.body", "body": HEARTBEAT, "more_body": True}))
+            quiet = 0.0
+        timer = loop.call_later(max(heartbeat_secs - quiet, heartbeat_secs / 16), pulse)
 
     if watch is not None and watch.phase is not None:
         watch.phase = "relaying"
@@ -234,16 +241,18 @@ async def send_stream(send: Send, watch: ClientWatch | None, headers: dict[str, 
         if not head_sent:
             await send(_stream_head(headers))
         if heartbeat_secs > 0:
+            last = loop.time()
             timer = loop.call_later(heartbeat_secs, pulse)
         async for chunk in chunks:
-            if timer is not None:
-                timer.cancel()
-                if beat is not None:
-                    await beat  # never two sends at once
-                    beat = None
+            if beat is not None:
+                sending = True
+                await beat  # never two sends at once
+                beat = None
+            sending = True
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            if heartbeat_secs > 0:
-                timer = loop.call_later(heartbeat_secs, pulse)
+            sending = False
+            if timer is not None:
+                last = loop.time()
         if timer is not None:
             timer.cancel()
             if beat is not None:
