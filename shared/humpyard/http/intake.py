@@ -125,7 +125,14 @@ async def take(gw: Gateway, protocol: ClientProtocol, scope: Scope, receive: Rec
                     # The head went out early: the failure ends the stream instead.
                     rec.replying = True
                     return await _fail_started_stream(rec, protocol, call, context, send, e)
-                head_sent = early is not None and await early.stop()
+                head_sent = False
+                if early is not None:
+                    try:
+                        head_sent = await early.stop()
+                    except BaseException:  # the client's connection failed under a comment
+                        rec.replying = True  # the head may be out: nothing more to answer
+                        await served.aclose()
+                        raise
                 headers = route_headers(call, served)
                 if served.events is not None:
                     events = rec.watch(served)
