@@ -12,6 +12,7 @@ the protocol's error event while the decision records the real status.
 
 from __future__ import annotations
 
+import socket
 import time
 
 import anthropic
@@ -21,7 +22,7 @@ import pytest
 
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway import running_gateway
-from tests.support.steps import delay, fail_before_content, ok, status
+from tests.support.steps import delay, fail_before_content, ok, stall, status
 
 MSG = [{"role": "user", "content": "hello"}]
 BEAT = ": keep-alive"
@@ -191,3 +192,34 @@ def test_zero_switches_the_early_head_off(ups):
         r = c.post(gw.url + "/v1/chat/completions",
                    json={"model": "r", "messages": MSG, "stream": True})
     assert r.status_code >= 500  # held back to the end: the real status
+
+
+def test_a_client_leaving_during_the_comments_stops_the_upstream_and_is_recorded(ups):
+    # After the early head the request is still in its hold-back: a client that leaves
+    # then is recorded 499 at once and the upstream call is closed (ADR 0012).
+    a, b = ups
+    a.script(stall())
+    body = b'{"model":"r","stream":true,"messages":[{"role":"user","content":"hi"}]}'
+    with running_gateway(two_targets(a.url, b.url, first_heartbeat=0.2)) as gw:
+        host, port = gw.url.split("//")[1].split(":")
+        sock = socket.create_connection((host, int(port)))
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                     % (len(body), body))
+        got = b""
+        deadline = time.monotonic() + 10
+        while got.count(b": keep-alive") < 2 and time.monotonic() < deadline:
+            got += sock.recv(65536)
+        assert got.startswith(b"HTTP/1.1 200") and b"x-humpyard-request-id" in got
+        sock.close()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            gw.gw.writer.flush(1)
+            busy = [c for c in gw.gw.client.fast.connections if not c.is_idle()]
+            if gw.decisions() and not busy:
+                break
+            time.sleep(0.05)
+        [d] = gw.decisions()
+        assert d["status"] == 499 and d["outcome"] == "client_closed"
+        assert [c for c in gw.gw.client.fast.connections if not c.is_idle()] == []
+        assert b.requests_to("/v1/chat/completions") == []  # nothing tried after it left
