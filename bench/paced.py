@@ -223,14 +223,76 @@ def measure(counts: list[int], seconds: float, tmp: Path) -> dict[str, Any]:
     return out
 
 
+def measure_variants(variants: list[str], streams: int, seconds: float, rounds: int,
+                     tmp: Path) -> dict[str, Any]:
+    """``gateway_cpu_us_per_stream`` of several gateways in one run, A/B style: every
+    variant (``ab.py``'s, e.g. ``rev:047106d`` or ``rev:worktree``) is started pinned
+    to the gateway CPU, idle but one at a time, and in each round driven in turn with
+    ``streams`` paced streams for ``seconds``. The best and median per variant."""
+    import targets as tg
+    from ab import server_cmd
+    from procs import GATEWAY_CPU, LOAD_CPU, cpu_seconds, free_port, pin, start, stop, wait_http
+
+    up_port = free_port()
+    up = start("paced", pin([sys.executable, __file__, "--serve", str(up_port)], LOAD_CPU),
+               tmp / "paced.log")
+    cfg = tmp / "gw.toml"
+    cfg.write_text(tg.humpyard_config(up_port, None))
+    servers: dict[str, tuple[int, Any]] = {}
+    samples: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
+    try:
+        wait_http(up_port, "/health", up, 30)
+        for v in variants:
+            port = free_port()
+            cmd, env = server_cmd(v, cfg, port, "", tmp)
+            log = tmp / ("".join(c if c.isalnum() else "-" for c in v) + ".log")
+            servers[v] = (port, start(v, pin(cmd, GATEWAY_CPU), log, env=env))
+            wait_http(port, "/v1/models", servers[v][1], 60)
+        for _ in range(rounds):
+            for v, (port, proc) in servers.items():
+                cpu0 = cpu_seconds(proc.pid)
+                r = load(port, streams, warm=1.0, seconds=seconds)
+                cpu = cpu_seconds(proc.pid) - cpu0
+                if r["completed"]:
+                    # CPU over the whole load (warm-up and drain too) per stream started
+                    # in it: the same ratio for every variant of a round
+                    samples[v].append({"cpu_us": cpu / r["completed"] * 1e6,
+                                       "mean_ms": r["mean_ms"], "errors": r["errors"]})
+                    print(f"    {v}: {samples[v][-1]}", flush=True)
+    finally:
+        for _, proc in servers.values():
+            stop(proc)
+        stop(up)
+    out: dict[str, Any] = {"streams": streams, "seconds": seconds, "rounds": rounds,
+                           "variants": {}}
+    for v, rows in samples.items():
+        if rows:
+            cpu = [r["cpu_us"] for r in rows]
+            out["variants"][v] = {
+                "gateway_cpu_us_per_stream_best": round(min(cpu)),
+                "gateway_cpu_us_per_stream_median": round(statistics.median(cpu)),
+                "mean_ms_median": round(statistics.median(r["mean_ms"] for r in rows)),
+                "errors": sum(int(r["errors"]) for r in rows)}
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--serve", type=int, help="serve the paced upstream on this port")
     p.add_argument("--streams", default="1000,2000")
     p.add_argument("--seconds", type=float, default=8.0)
+    p.add_argument("--variants", help="compare gateways in one run (ab.py's variants, "
+                   "e.g. rev:047106d,rev:worktree); --streams is then one count")
+    p.add_argument("--rounds", type=int, default=3)
     a = p.parse_args()
     if a.serve:
         serve(a.serve)
+        return 0
+    if a.variants:
+        with tempfile.TemporaryDirectory(prefix="humpyard-paced-") as tmp:
+            res = measure_variants(a.variants.split(","), int(a.streams.split(",")[0]),
+                                   a.seconds, a.rounds, Path(tmp))
+        print(json.dumps(res, indent=2))
         return 0
     with tempfile.TemporaryDirectory(prefix="humpyard-paced-") as tmp:
         res = measure([int(x) for x in a.streams.split(",")], a.seconds, Path(tmp))

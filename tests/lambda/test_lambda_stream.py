@@ -29,6 +29,7 @@ from lambda_support import FUNCTIONS, LEDGER, ROOT, gateway_config
 from humpyard.clock import SystemClock
 from humpyard.store.dynamodb import DynamoDBStore, create_tables
 from tests.support import FakeUpstream, free_port, ok
+from tests.support.steps import delay, status
 
 
 def _wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
@@ -162,3 +163,27 @@ def test_the_counts_an_instance_held_back_go_out_at_its_shutdown(
     fn.proc.send_signal(signal.SIGTERM)
     assert fn.proc.wait(timeout=15) in (0, -signal.SIGTERM)
     assert counted() == 3
+
+
+def test_a_slow_first_content_gets_comments_and_fails_over_behind_them(
+        stream_function: tuple[StreamFunction, FakeUpstream]) -> None:
+    # Issue 26: 17 s of upstream delay gave the client 17 s of silence. The stream
+    # function sends the head and SSE comments from the first second (ADR 0020); the
+    # primary failing after them still fails over to the backup (its default answer).
+    fn, primary = stream_function
+    primary.script(delay(2.5, status(500)))
+    body = {"model": "auto", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    lines: list[tuple[float, str]] = []
+    started = time.monotonic()
+    with httpx.Client(timeout=20) as client, client.stream(
+            "POST", fn.url + "/v1/chat/completions", json=body) as resp:
+        assert resp.status_code == 200
+        rid = resp.headers["x-humpyard-request-id"]
+        for line in resp.iter_lines():
+            lines.append((time.monotonic() - started, line))
+        decision = fn.store.get_decision(rid)  # the last byte is out: it is stored
+    beats = [t for t, line in lines if line == ": keep-alive"]
+    content = [t for t, line in lines if '"content":"' in line]
+    assert beats and content and beats[0] < 2.5 <= content[0]
+    assert decision is not None and decision["outcome"] == "ok"
+    assert decision["target"] == "backup"

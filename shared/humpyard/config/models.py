@@ -371,6 +371,9 @@ class Router(_Strict):
     max_sse_event_bytes: int = Field(default=4 << 20, ge=1024, le=1 << 28)
     first_byte_timeout_secs: float = Field(default=120, gt=0, le=3600)
     idle_timeout_secs: float = Field(default=300, gt=0, le=3600)
+    # A stream with no first content yet: its head and an SSE comment after this
+    # long, then a comment every as long until the content (ADR 0020); 0 = off.
+    stream_first_heartbeat_secs: float = Field(default=1.0, ge=0, le=300)
 
 
 class Ledger(_Strict):

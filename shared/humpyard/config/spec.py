@@ -57,6 +57,7 @@ class RouterSpec:
     max_concurrent: int = 10_000
     slot_wait_secs: float = 10
     limits: AnswerLimits = AnswerLimits()
+    stream_first_heartbeat_secs: float = 1.0  # the early head of a slow stream (ADR 0020)
 
 
 @dataclass(frozen=True, slots=True)

@@ -161,9 +161,16 @@ async def _relay(held: list[SSEEvent], events: _Events,
     after the events before it in the same read."""
     if held:
         yield held
+    decoder = events.decoder
     async for chunk in events.raw:
+        whole = decoder.idle  # this chunk's events start in it: its bytes say what they hold
+        evs = events.feed(chunk)
+        if whole and b'"usage"' not in chunk and b'"error"' not in chunk:
+            if evs:
+                yield evs  # nothing to read in them: relayed as they are
+            continue
         batch: list[SSEEvent] = []
-        for ev in events.feed(chunk):
+        for ev in evs:
             if '"usage"' in ev.data or '"error"' in ev.data:
                 try:
                     obj = json.loads(ev.data)

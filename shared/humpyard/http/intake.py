@@ -35,11 +35,11 @@ from humpyard.flow import serve
 from humpyard.gateway import Gateway
 from humpyard.http.body import header_dict, receive_json
 from humpyard.http.errors import error_reply, internal_reply
-from humpyard.http.reply import ClientWatch, Reply, send_reply, send_stream
+from humpyard.http.reply import ClientWatch, EarlyHead, Reply, send_reply, send_stream
 from humpyard.keys import authenticate
 from humpyard.protocols.openai import validate_chat
 from humpyard.protocols.sse import SSEEvent
-from humpyard.recording import recording
+from humpyard.recording import INTERNAL, Recording, recording
 from humpyard.records import Call, Served, new_request_id
 
 log = logging.getLogger("humpyard.http")
@@ -110,10 +110,29 @@ async def take(gw: Gateway, protocol: ClientProtocol, scope: Scope, receive: Rec
             chat_body, call.notes, context = protocol.decode(body, call.config)
             call.body = validate_chat(chat_body)
             # From here the client may leave at any time: the watch cancels the work.
-            watch = ClientWatch(receive, "hold_back" if call.body.get("stream") else "waiting",
+            stream = bool(call.body.get("stream"))
+            watch = ClientWatch(receive, "hold_back" if stream else "waiting",
                                 rec.client_left)
+            first = call.config.router.stream_first_heartbeat_secs
+            early = EarlyHead(send, lambda: route_headers(call, None), first) \
+                if stream and first > 0 else None
             try:
-                served = await serve(gw, call)
+                try:
+                    served = await serve(gw, call)
+                except Exception as e:
+                    if early is None or not await early.stop():
+                        raise
+                    # The head went out early: the failure ends the stream instead.
+                    rec.replying = True
+                    return await _fail_started_stream(rec, protocol, call, context, send, e)
+                head_sent = False
+                if early is not None:
+                    try:
+                        head_sent = await early.stop()
+                    except BaseException:  # the client's connection failed under a comment
+                        rec.replying = True  # the head may be out: nothing more to answer
+                        await served.aclose()
+                        raise
                 headers = route_headers(call, served)
                 if served.events is not None:
                     events = rec.watch(served)
@@ -121,10 +140,13 @@ async def take(gw: Gateway, protocol: ClientProtocol, scope: Scope, receive: Rec
                     try:
                         return await send_stream(send, watch, headers,
                                                  protocol.stream(call, context, events),
-                                                 call.config.stream_heartbeat_secs)
+                                                 call.config.stream_heartbeat_secs,
+                                                 head_sent=head_sent)
                     finally:  # however the stream ended: the upstream released, the record told
                         await events.aclose()
             finally:
+                if early is not None:
+                    early.cancel()
                 watch.stop()  # before any answer goes out (its end reads as a disconnect)
             rec.answered(served)
             reply = protocol.answer(call, context, served, headers)
@@ -146,6 +168,27 @@ async def take(gw: Gateway, protocol: ClientProtocol, scope: Scope, receive: Rec
             raise  # the answer is out (or the client gone): nothing more to send
         await send_reply(send, internal_reply(e, shape=protocol.errors,
                                               headers={"x-humpyard-request-id": rid}))
+
+
+async def _fail_started_stream(rec: Recording, protocol: ClientProtocol, call: Call,
+                               context: Any, send: Send, error: Exception) -> None:
+    """Every target failed after an ``EarlyHead`` sent the 200 head: the record is
+    closed with the real status, then the stream ends with the protocol's own
+    error event (as a break after the first content does)."""
+    if isinstance(error, HumpyardError):
+        failure = error
+    else:
+        log.error("request failed after its stream's head request_id=%s",
+                  call.request_id, exc_info=error)
+        failure = INTERNAL
+    rec.close(status=failure.status, error=failure)
+
+    async def failed() -> AsyncIterator[list[SSEEvent]]:
+        raise failure
+        yield []  # an async generator that fails on its first step
+
+    await send_stream(send, None, {}, protocol.stream(call, context, failed()),
+                      head_sent=True)
 
 
 class ClientPath:

@@ -132,10 +132,84 @@ class ClientWatch:
 HEARTBEAT = b": keep-alive\n\n"
 
 
+def _stream_head(headers: dict[str, str]) -> dict[str, Any]:
+    raw = _raw(headers)
+    raw.append((b"content-type", SSE_TYPE))
+    raw.extend(SSE_HEADERS)
+    return {"type": "http.response.start", "status": 200, "headers": raw}
+
+
+class EarlyHead:
+    """A stream's 200 head and SSE comments while its first content is slow (ADR 0020).
+
+    Armed when a streaming request starts to be served: if no answer is there after
+    ``first`` seconds, the head goes out with the headers known then (``headers()``:
+    the request id and the route, not yet the target) and a comment (``HEARTBEAT``),
+    and a comment again every ``first`` seconds. Nothing of this runs in the request's
+    task: each send is its own future, one at a time (a beat due while one is still
+    being sent is skipped). ``stop()`` ends it and says whether the head went out;
+    then the stream goes on without a head of its own (``send_stream(head_sent=True)``).
+    A request answered sooner costs one timer.
+    """
+
+    __slots__ = ("_send", "_headers", "_every", "_loop", "_timer", "_beat", "started")
+
+    def __init__(self, send: Send, headers: Callable[[], dict[str, str]],
+                 first: float) -> None:
+        self._send = send
+        self._headers = headers
+        self._every = first
+        self._loop = asyncio.get_running_loop()
+        self._beat: asyncio.Future[None] | None = None
+        self.started = False
+        self._timer: asyncio.TimerHandle | None = self._loop.call_later(first, self._pulse)
+
+    def _pulse(self) -> None:
+        if not self.started:
+            self.started = True
+            self._beat = asyncio.ensure_future(self._open(_stream_head(self._headers())))
+        elif self._beat is None or self._beat.done():
+            if self._beat is not None and not self._beat.cancelled() \
+                    and self._beat.exception() is not None:
+                self._timer = None
+                return  # the client's connection failed: stop() raises it
+            self._beat = asyncio.ensure_future(self._send(
+                {"type": "http.response.body", "body": HEARTBEAT, "more_body": True}))
+        self._timer = self._loop.call_later(self._every, self._pulse)
+
+    async def _open(self, head: dict[str, Any]) -> None:
+        await self._send(head)
+        await self._send({"type": "http.response.body", "body": HEARTBEAT, "more_body": True})
+
+    async def stop(self) -> bool:
+        """No more comments; the one being sent is waited for (its failure raised).
+        True if the head went out."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        beat, self._beat = self._beat, None
+        if beat is not None:
+            await beat
+        return self.started
+
+    def cancel(self) -> None:
+        """Stop at once, without waiting (the request is being cancelled)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        beat, self._beat = self._beat, None
+        if beat is not None:
+            if beat.done() and not beat.cancelled():
+                beat.exception()  # retrieved: the request is ending anyway
+            beat.cancel()
+
+
 async def send_stream(send: Send, watch: ClientWatch | None, headers: dict[str, str],
-                      chunks: AsyncIterator[bytes], heartbeat_secs: float = 0) -> None:
+                      chunks: AsyncIterator[bytes], heartbeat_secs: float = 0,
+                      head_sent: bool = False) -> None:
     """A 200 event stream, one body message per chunk; ``chunks`` is closed at the end
-    whether it ran out, failed or the client left.
+    whether it ran out, failed or the client left. ``head_sent``: an ``EarlyHead``
+    sent the head already (``headers`` are then not sent).
 
     ``watch`` (if any) is moved to ``relaying`` and stopped once the last message
     is sent: a client leaving mid-stream cancels this task (the caller records it).
@@ -143,35 +217,42 @@ async def send_stream(send: Send, watch: ClientWatch | None, headers: dict[str, 
     With ``heartbeat_secs``, every silence that long between chunks is filled with an
     SSE comment (``HEARTBEAT``, which every SSE client skips), so an idle timeout on
     the way (API Gateway's, a proxy's) never cuts a stream whose model is thinking.
-    The timer is re-armed per chunk; a beat is never sent while a chunk is."""
+    One timer runs per stream, not one per chunk: when it fires it sends a beat only if
+    nothing was sent for ``heartbeat_secs`` (``last``: when the last chunk went out),
+    else it waits for the rest of that silence. A beat is never sent while a chunk is."""
     loop = asyncio.get_running_loop()
     beat: asyncio.Future[None] | None = None
     timer: asyncio.TimerHandle | None = None
+    last = 0.0
+    sending = False
 
     def pulse() -> None:
         nonlocal beat, timer
-        beat = asyncio.ensure_future(
-            send({"type": "http.response.body", "body": HEARTBEAT, "more_body": True}))
-        timer = loop.call_later(heartbeat_secs, pulse)
+        quiet = loop.time() - last
+        if quiet >= heartbeat_secs and not sending and (beat is None or beat.done()):
+            beat = asyncio.ensure_future(
+                send({"type": "http.response.body", "body": HEARTBEAT, "more_body": True}))
+            quiet = 0.0
+        timer = loop.call_later(max(heartbeat_secs - quiet, heartbeat_secs / 16), pulse)
 
     if watch is not None and watch.phase is not None:
         watch.phase = "relaying"
-    raw = _raw(headers)
-    raw.append((b"content-type", SSE_TYPE))
-    raw.extend(SSE_HEADERS)
     try:
-        await send({"type": "http.response.start", "status": 200, "headers": raw})
+        if not head_sent:
+            await send(_stream_head(headers))
         if heartbeat_secs > 0:
+            last = loop.time()
             timer = loop.call_later(heartbeat_secs, pulse)
         async for chunk in chunks:
-            if timer is not None:
-                timer.cancel()
-                if beat is not None:
-                    await beat  # never two sends at once
-                    beat = None
+            if beat is not None:
+                sending = True
+                await beat  # never two sends at once
+                beat = None
+            sending = True
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            if heartbeat_secs > 0:
-                timer = loop.call_later(heartbeat_secs, pulse)
+            sending = False
+            if timer is not None:
+                last = loop.time()
         if timer is not None:
             timer.cancel()
             if beat is not None:

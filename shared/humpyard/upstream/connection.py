@@ -5,7 +5,9 @@ request's ``ResponseParser`` (``upstream/framing.py``): no stream reader, no
 copy, and no guessing at a private buffer. Bytes that arrive while no request
 is out (an upstream's 408 before it closes an idle connection) mark the
 connection unusable. Reading pauses while more than ``HIGH_WATER`` body bytes
-wait for the caller. Waits are bounded by a timer on the loop (one per wait).
+wait for the caller. Waits are bounded by one lazily moved timer per connection,
+not one per wait: a stream's reads 200 ms apart under a 300 s idle limit arm it
+once (ADR 0003, "Relay CPU per stream").
 Failures become ``TransportFailure``s of the right class (``upstream/errors.py``).
 """
 
@@ -67,6 +69,9 @@ class Conn(asyncio.Protocol):
         self._drain: asyncio.Future[None] | None = None
         self._write_paused = False
         self._read_paused = False
+        self._deadline: float | None = None  # when the current wait runs out
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
 
     # -- protocol callbacks ----------------------------------------------------------
 
@@ -105,6 +110,7 @@ class Conn(asyncio.Protocol):
 
     def _ended(self, exc: BaseException | None) -> None:
         self.closed = True
+        self._stop_timer()
         p = self.parser
         if p is not None and not p.done and self.failure is None:
             try:
@@ -153,20 +159,49 @@ class Conn(asyncio.Protocol):
     def close(self) -> None:
         self.busy = False
         self.closed = True
+        self._stop_timer()
         if self.transport is not None:
             self.transport.abort()
 
     async def wait(self, timeout: float | None) -> None:
-        """Until the socket delivers something (bytes, the end, an error), or TimeoutError."""
+        """Until the socket delivers something (bytes, the end, an error), or TimeoutError.
+
+        The connection's timer is left running between waits and only moved when a
+        wait must end sooner than it fires; when it fires early for the wait then
+        current, it is set again for that wait's deadline."""
         loop = asyncio.get_running_loop()
         fut = self._waiter = loop.create_future()
-        timer = loop.call_later(timeout, _expire, fut) if timeout is not None else None
+        if timeout is None:
+            self._deadline = None
+        else:
+            deadline = self._deadline = loop.time() + timeout
+            if self._timer is None or self._timer_at > deadline:
+                self._arm(loop, deadline)
         try:
             await fut
         finally:
             self._waiter = None
-            if timer is not None:
-                timer.cancel()
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = loop.call_at(at, self._check_deadline, loop)
+
+    def _check_deadline(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        fut, deadline = self._waiter, self._deadline
+        if fut is None or fut.done() or deadline is None:
+            return  # not waiting: the next wait arms it again
+        if loop.time() >= deadline - 0.001:  # the loop's timers may fire a hair early
+            fut.set_exception(TimeoutError())
+        else:
+            self._arm(loop, deadline)
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     async def send(self, data: bytes, timeout: float | None) -> None:
         """Write ``data``; wait (up to ``timeout``) only while the socket's buffer is full."""

@@ -1,0 +1,100 @@
+"""The SSE decoder's fast path (whole one-line ``data:`` events in one read, the
+common case) against its general path: for every stream of a corpus and every
+way of cutting it into reads, the same events (data, name, wire bytes, id, retry)
+as the general path given the same reads (``General``: the decoder with its fast
+path switched off). ADR 0003, "Round 4"."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from humpyard.protocols.sse import SSEDecoder, SSETooLarge
+
+
+def _chunk(delta: dict, **extra: object) -> bytes:
+    obj = {"id": "c", "object": "chat.completion.chunk", "choices": [
+        {"index": 0, "delta": delta, "finish_reason": None}], **extra}
+    return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() \
+        + b"\n\n"
+
+
+CHAT = (_chunk({"role": "assistant"}) + _chunk({"content": "h\u00e9llo \"q\" \\ "})
+        + _chunk({"content": "\u4e16\u754c"})
+        + _chunk({"tool_calls": [{"index": 0, "id": "t", "function": {
+            "name": "f", "arguments": "{\"a\":"}}]})
+        + _chunk({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]})
+        + b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5}}'
+          b"\n\n" + b"data: [DONE]\n\n")
+CORPUS = {
+    "chat": CHAT,
+    "crlf": CHAT.replace(b"\n", b"\r\n"),
+    "cr": CHAT.replace(b"\n", b"\r"),
+    "bom": b"\xef\xbb\xbf" + CHAT,
+    "comments": b": ping\n\n" + CHAT + b": bye\n\n",
+    "comment_lines": b"data: a\n: note\n\ndata: b\n\n",
+    "multiline": b"data: one\ndata: two\n\ndata: three\n\n",
+    "named": b"event: message_start\ndata: {}\n\ndata: x\n\nevent: ping\ndata: {}\n\n",
+    "ids": b"id: 1\ndata: a\n\ndata: b\n\nid: 2\ndata: c\n\nretry: 10\ndata: d\n\n",
+    "blank_lines": b"data: a\n\n\n\ndata: b\n\n\ndata: c\n\n",
+    "empty_data": b"data:\n\ndata:x\n\ndata:  two spaces\n\n",
+    "no_data": b"event: lonely\n\ndata: a\n\n",
+    "unfinished": CHAT + b"data: cut off",
+    "bad_utf8": b"data: \xff\xfe\n\ndata: ok\n\n",
+}
+
+
+class General(SSEDecoder):
+    """The oracle: every read through the general path."""
+
+    def _simple(self, chunk: bytes) -> None:
+        return None
+
+
+def _events(chunks: list[bytes], limit: int | None = None,
+            kind: type[SSEDecoder] = SSEDecoder) -> list[tuple]:
+    d = kind(limit)
+    return [(e.data, e.event, e.wire, e.id, e.retry) for c in chunks for e in d.feed(c)]
+
+
+def _cuts(stream: bytes, rng: random.Random) -> list[list[bytes]]:
+    events = [e + b"\n\n" for e in stream.split(b"\n\n")[:-1]]
+    tail = stream.split(b"\n\n")[-1]
+    whole = [stream]
+    per_event = events + ([tail] if tail else [])
+    pairs = [b"".join(per_event[i:i + 2]) for i in range(0, len(per_event), 2)]
+    out = [whole, per_event, pairs]
+    for _ in range(20):
+        points = sorted(rng.sample(range(1, len(stream)), min(len(stream) - 1, 4)))
+        out.append([stream[a:b] for a, b in zip([0, *points], [*points, len(stream)],
+                                                strict=True)])
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_every_cut_gives_the_events_of_the_general_path(name):
+    stream = CORPUS[name]
+    for chunks in _cuts(stream, random.Random(name)):
+        expected = _events(chunks, kind=General)
+        assert expected
+        assert _events(chunks) == expected, chunks
+
+
+def test_the_fast_path_takes_whole_simple_events_and_nothing_else():
+    d = SSEDecoder()
+    d.feed(b": warm\n\n")  # past the BOM check
+    simple = d._simple(CHAT)
+    assert simple is not None and [e.wire for e in simple] == \
+        [e + b"\n\n" for e in CHAT.split(b"\n\n")[:-1]]
+    for other in (CORPUS["multiline"], CORPUS["named"], CORPUS["blank_lines"],
+                  b"data: a\n\n: c\n\n"):
+        assert d._simple(other) is None
+
+
+def test_the_event_limit_holds_on_the_fast_path():
+    big = b"data: " + b"x" * 2000 + b"\n\n"
+    with pytest.raises(SSETooLarge):
+        _events([b"data: a\n\n", big], limit=1024)
+    assert len(_events([b"data: a\n\n", big], limit=4096)) == 2
