@@ -133,7 +133,8 @@ HEARTBEAT = b": keep-alive\n\n"
 
 
 async def send_stream(send: Send, watch: ClientWatch | None, headers: dict[str, str],
-                      chunks: AsyncIterator[bytes], heartbeat_secs: float = 0) -> None:
+                      chunks: AsyncIterator[bytes], heartbeat_secs: float = 0, *,
+                      media_type: bytes = SSE_TYPE, heartbeat: bytes = HEARTBEAT) -> None:
     """A 200 event stream, one body message per chunk; ``chunks`` is closed at the end
     whether it ran out, failed or the client left.
 
@@ -143,7 +144,8 @@ async def send_stream(send: Send, watch: ClientWatch | None, headers: dict[str, 
     With ``heartbeat_secs``, every silence that long between chunks is filled with an
     SSE comment (``HEARTBEAT``, which every SSE client skips), so an idle timeout on
     the way (API Gateway's, a proxy's) never cuts a stream whose model is thinking.
-    The timer is re-armed per chunk; a beat is never sent while a chunk is."""
+    The timer is re-armed per chunk; a beat is never sent while a chunk is. A stream
+    that is not SSE (``media_type``) brings its own ``heartbeat`` bytes."""
     loop = asyncio.get_running_loop()
     beat: asyncio.Future[None] | None = None
     timer: asyncio.TimerHandle | None = None
@@ -151,13 +153,13 @@ async def send_stream(send: Send, watch: ClientWatch | None, headers: dict[str, 
     def pulse() -> None:
         nonlocal beat, timer
         beat = asyncio.ensure_future(
-            send({"type": "http.response.body", "body": HEARTBEAT, "more_body": True}))
+            send({"type": "http.response.body", "body": heartbeat, "more_body": True}))
         timer = loop.call_later(heartbeat_secs, pulse)
 
     if watch is not None and watch.phase is not None:
         watch.phase = "relaying"
     raw = _raw(headers)
-    raw.append((b"content-type", SSE_TYPE))
+    raw.append((b"content-type", media_type))
     raw.extend(SSE_HEADERS)
     try:
         await send({"type": "http.response.start", "status": 200, "headers": raw})
