@@ -17,10 +17,10 @@ from __future__ import annotations
 import asyncio
 import random
 import re
-from urllib.parse import unquote_to_bytes
 from collections.abc import AsyncIterator, Collection, Iterable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote_to_bytes
 
 from starlette.applications import Starlette
 from starlette.requests import Request
