@@ -344,3 +344,54 @@ def test_a_client_leaving_during_hold_back_is_recorded(ups):
             assert oa.wait_for_requests(1, timeout=10)
         [d] = decisions(g)
     assert (d["protocol"], d["status"], d["route"]) == ("bedrock", 499, "cheap")
+
+
+# -- /v1/models: ids Claude Code's model picker keeps -------------------------------------
+
+
+PICKER_CONFIG = """
+[providers.claude]
+base_url = "{claude}"
+protocol = "anthropic"
+[providers.oa]
+base_url = "{oa}"
+[targets.sonnet]
+endpoints = [{{ provider = "claude", model = "claude-sonnet-4-5" }}]
+[targets.opus]
+endpoints = [{{ provider = "claude", model = "us.anthropic.claude-opus-4-1-v1:0" }}]
+[targets.local]
+endpoints = [{{ provider = "oa", model = "qwen3-coder" }}]
+[routes.auto]
+targets = ["sonnet", "opus"]
+[routes.mixed]
+targets = ["sonnet", "local"]
+[routes.claude-fast]
+targets = ["sonnet"]
+[keys.dev]
+key_env = "DEV_KEY"
+allowed_routes = ["auto", "mixed", "claude-fast", "sonnet"]
+"""
+
+
+def test_routes_ending_on_claude_are_listed_for_claude_codes_picker(ups):
+    claude, oa = ups
+    text = PICKER_CONFIG.format(claude=claude.url, oa=oa.url)
+    with running_gateway(text, env={"DEV_KEY": KEY}) as g, \
+            g.client(authorization=f"Bearer {KEY}") as c:
+        ids = [m["id"] for m in c.get("/v1/models").json()["data"]]
+        one = c.get("/v1/models/anthropic/auto").json()
+        assert c.get("/v1/models/anthropic/mixed").status_code == 200  # it names the route
+        assert c.get("/v1/models/anthropic/opus").status_code == 404  # not this key's
+        with anthropic.Anthropic(base_url=g.url, api_key=KEY, max_retries=0) as client:
+            msg = client.messages.create(model="anthropic/auto", max_tokens=10,
+                                         messages=HELLO)
+        g.recorded(1)
+    # every endpoint of auto serves Claude: listed again under an id the picker keeps;
+    # mixed ends on a non-Claude model too, claude-fast is kept under its own name
+    assert [i for i in ids if i.startswith("anthropic/")] == ["anthropic/auto",
+                                                              "anthropic/sonnet"]
+    assert "auto" in ids and "mixed" in ids and "claude-fast" in ids
+    assert one["id"] == "anthropic/auto" and one["humpyard"]["route"] == "auto"
+    assert msg.content[0].text == "hello from claude"
+    [sent] = bodies(claude.requests)
+    assert sent["model"] == "claude-sonnet-4-5"
