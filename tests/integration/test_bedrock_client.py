@@ -395,3 +395,20 @@ def test_routes_ending_on_claude_are_listed_for_claude_codes_picker(ups):
     assert msg.content[0].text == "hello from claude"
     [sent] = bodies(claude.requests)
     assert sent["model"] == "claude-sonnet-4-5"
+
+
+def test_model_ids_and_betas_within_limits(gw):
+    auth = {"authorization": f"Bearer {KEY}"}
+    with httpx.Client(base_url=gw.url, timeout=30) as c:
+        long = c.post(f"/model/{'m' * 300}/invoke", content=invoke_body(), headers=auth)
+        control = c.post("/model/a%0Ab/invoke", content=invoke_body(), headers=auth)
+        betas = c.post(f"/model/{PROFILE}/invoke", headers=auth,
+                       content=invoke_body(anthropic_beta=["ok", "bad,comma"]))
+        many = c.post(f"/model/{PROFILE}/invoke", headers=auth,
+                      content=invoke_body(anthropic_beta=["b"] * 65))
+    assert long.status_code == 400 and "model: at most 256" in long.json()["message"]
+    assert control.status_code == 400 and "model" in control.json()["message"]
+    assert betas.status_code == 400 and "anthropic_beta[1]" in betas.json()["message"]
+    assert many.status_code == 400 and "at most 64" in many.json()["message"]
+    assert {r.headers["x-amzn-errortype"] for r in (long, control, betas, many)} == {
+        "ValidationException"}

@@ -36,7 +36,6 @@ from humpyard.errors import RequestError
 from humpyard.protocols.eventstream import event_message, exception_message
 
 BEDROCK_VERSION = "bedrock-2023-05-31"
-MAX_MODEL_ID = 2048  # Bedrock's own limit on a modelId (an ARN included)
 MAX_BETAS = 64
 MAX_BETA_CHARS = 128
 
@@ -46,9 +45,8 @@ def to_messages(body: Any, model_id: str, stream: bool,
     """The Anthropic Messages body and the headers that go with it (``headers`` with
     the betas merged into ``anthropic-beta``); ``RequestError`` naming the field for
     a request Bedrock would refuse."""
-    if not model_id or len(model_id) > MAX_MODEL_ID or not model_id.isprintable():
-        raise RequestError(f"modelId: 1 to {MAX_MODEL_ID} printable characters in the path "
-                           "/model/{modelId}/invoke")
+    if not model_id:  # its length and characters are checked as any model's
+        raise RequestError("modelId: missing from the path /model/{modelId}/invoke")
     if not isinstance(body, dict):
         raise RequestError("request body: expected a JSON object (an Anthropic Messages "
                            "body without model and stream)")
