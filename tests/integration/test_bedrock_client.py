@@ -412,3 +412,14 @@ def test_model_ids_and_betas_within_limits(gw):
     assert many.status_code == 400 and "at most 64" in many.json()["message"]
     assert {r.headers["x-amzn-errortype"] for r in (long, control, betas, many)} == {
         "ValidationException"}
+
+
+def test_explain_plans_a_bedrock_model_id_as_the_request_was_planned(runtime, gw):
+    runtime.invoke_model(modelId=PROFILE, body=invoke_body())
+    [d] = decisions(gw)
+    with httpx.Client(base_url=gw.url, timeout=30) as c:
+        plan = c.post("/v1/route/explain", json={"model": PROFILE},
+                      headers={"authorization": f"Bearer {KEY}"}).json()
+    chosen = plan["selected"]
+    assert (chosen["route"], chosen["rule"]) == (d["route"], d["rule"]) == (
+        "claude", "bedrock-claude")

@@ -168,12 +168,16 @@ class GatewayApp(Starlette):
                                              if "{" not in path}
         self._shaped = [(segment_pattern(path), endpoint) for path, endpoint in clients
                         if "{" in path]
+        # the fixed start of each (``/model/``): other paths never pay for a pattern
+        self._shaped_starts = tuple({path[:path.index("{")] for path, _ in clients
+                                     if "{" in path})
         self._remainders = remainder_prefixes(r for r in self.routes if isinstance(r, Route))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             raw = scope.get("raw_path")
-            if self._shaped and scope["method"] == "POST" and not scope.get("root_path"):
+            if (self._shaped_starts and scope["path"].startswith(self._shaped_starts)
+                    and scope["method"] == "POST" and not scope.get("root_path")):
                 shaped = self._match_shaped(raw or scope["path"].encode("utf-8"))
                 if shaped is not None:
                     scope["app"] = self
