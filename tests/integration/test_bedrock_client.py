@@ -110,8 +110,7 @@ def bedrock_runtime(url: str, key: str = KEY) -> Any:
     sends a Bedrock API key only over HTTPS)."""
     client = boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url=url,
                           aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="dummy",
-                          config=botocore.config.Config(retries={"max_attempts": 1,
-                                                                 "mode": "standard"}))
+                          config=botocore.config.Config(retries={"total_max_attempts": 1}))
 
     def add_key(request: Any, **_: Any) -> None:
         request.headers["x-api-key"] = key
@@ -423,3 +422,39 @@ def test_explain_plans_a_bedrock_model_id_as_the_request_was_planned(runtime, gw
     chosen = plan["selected"]
     assert (chosen["route"], chosen["rule"]) == (d["route"], d["rule"]) == (
         "claude", "bedrock-claude")
+
+
+def test_scoped_and_limited_keys_hold_on_the_bedrock_path(ups):
+    extra_keys = """
+[keys.narrow]
+key_env = "NARROW_KEY"
+allowed_routes = ["cheap"]
+[keys.limited]
+key_env = "LIMITED_KEY"
+rpm_limit = 1
+"""
+    claude, oa = ups
+    text = config(claude.url, oa.url) + extra_keys
+    env = {**ENV, "NARROW_KEY": "sk-narrow", "LIMITED_KEY": "sk-limited"}
+    with running_gateway(text, env=env, admin_key=OPS) as g:
+        narrow, limited = bedrock_runtime(g.url, "sk-narrow"), bedrock_runtime(g.url,
+                                                                               "sk-limited")
+        try:
+            with pytest.raises(narrow.exceptions.AccessDeniedException):  # not its route
+                narrow.invoke_model(modelId="claude", body=invoke_body())
+            # the rule for Bedrock ids leads to that route: skipped for this key, and
+            # the id itself names no route
+            with pytest.raises(narrow.exceptions.ResourceNotFoundException):
+                narrow.invoke_model(modelId=PROFILE, body=invoke_body())
+            answer = json.loads(limited.invoke_model(modelId="cheap", body=invoke_body())
+                                ["body"].read())
+            with pytest.raises(limited.exceptions.ThrottlingException) as caught:
+                limited.invoke_model(modelId="cheap", body=invoke_body())
+        finally:
+            narrow.close()
+            limited.close()
+        statuses = sorted(d["status"] for d in decisions(g, 4))
+    assert answer["content"][0]["text"] == "hello from the small model"
+    assert int(caught.value.response["ResponseMetadata"]["HTTPHeaders"]["retry-after"]) >= 1
+    assert statuses == [200, 403, 404, 429]
+    assert not claude.requests  # no refused request reached an upstream
