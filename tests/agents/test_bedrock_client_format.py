@@ -57,13 +57,16 @@ admin = true
 """
 
 
-def bedrock_claude(url: str, prompt: str, workdir: Path) -> AgentRun:
+def bedrock_claude(url: str, prompt: str, workdir: Path, key_via: str = "bearer") -> AgentRun:
+    """``claude -p`` in Bedrock mode against ``url``, the key as a Bedrock API key
+    (``key_via="bearer"``) or in ``ANTHROPIC_CUSTOM_HEADERS`` (``"custom_header"``)."""
+    key = ({"AWS_BEARER_TOKEN_BEDROCK": KEY} if key_via == "bearer"
+           else {"ANTHROPIC_CUSTOM_HEADERS": f"x-api-key: {KEY}"})
     return run_claude(DEAD, prompt, workdir=workdir, model=PROFILE, api_key="sk-unused",
                       extra_env={"CLAUDE_CODE_USE_BEDROCK": "1",
                                  "ANTHROPIC_BEDROCK_BASE_URL": url,
                                  "CLAUDE_CODE_SKIP_BEDROCK_AUTH": "1",
-                                 "AWS_REGION": "us-east-1",
-                                 "AWS_BEARER_TOKEN_BEDROCK": KEY})
+                                 "AWS_REGION": "us-east-1", **key})
 
 
 def served_decisions(gw: Running, count: int) -> list[dict[str, Any]]:
@@ -114,11 +117,12 @@ class AnthropicAgentTurn(Step):
         return await message(self.text).respond(ex)
 
 
-def test_claude_code_bedrock_plain_turn(workdir):
+@pytest.mark.parametrize("key_via", ["bearer", "custom_header"])
+def test_claude_code_bedrock_plain_turn(workdir, key_via):
     with FakeUpstream(default=message("plain answer")) as up:
         with running_gateway(config(up.url, "anthropic"),
                              env={"AGENT_KEY": KEY, "UP_KEY": "sk-up"}, admin_key=KEY) as gw:
-            run = bedrock_claude(gw.url, "Say hello", workdir)
+            run = bedrock_claude(gw.url, "Say hello", workdir, key_via)
             assert run.ok, run.transcript
             decisions = served_decisions(gw, len(up.requests_to(MESSAGES)))
     assert run.result == "plain answer"
