@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.types import Scope
@@ -41,7 +41,10 @@ EVENT_STREAM_TYPE = b"application/vnd.amazon.eventstream"
 BROKEN = "the upstream stream broke after the answer started; it is incomplete"
 
 
-def _prepare(stream: bool) -> Any:
+def _prepare(stream: bool) -> Callable[[Any, Scope, Headers], tuple[Any, Headers]]:
+    """The intake's ``prepare`` for one of the two paths: the path's model and
+    ``stream`` into the body (``protocols/bedrock_client.to_messages``)."""
+
     def prepare(body: Any, scope: Scope, headers: Headers) -> tuple[Any, Headers]:
         model = (scope.get("path_params") or {}).get("model", "")
         return to_messages(body, model, stream, headers)
