@@ -164,14 +164,17 @@ async def count_tokens(gw: Gateway, call: Call) -> int | None:
     return await count_upstream(gw.executor, plan, call.config, native)
 
 
-NATIVE_PROTOCOLS = frozenset({"anthropic"})
-"""Client protocols an upstream may speak too, so the client's body can go through."""
+NATIVE_PROTOCOLS = {"anthropic": "anthropic", "bedrock": "anthropic"}
+"""Client protocols an upstream may speak too, so the client's body can go through: the
+client protocol → the protocol its (prepared) body is in. A Bedrock InvokeModel client's
+body is an Anthropic Messages body once its intake has prepared it (http/bedrock.py)."""
 
 
 def _native(call: Call) -> Native | None:
     """The client's own request, for an upstream speaking its protocol (docs/clients.md)."""
-    if call.protocol in NATIVE_PROTOCOLS and isinstance(call.original, dict):
-        return Native(call.protocol, call.original, call.headers)
+    native = NATIVE_PROTOCOLS.get(call.protocol)
+    if native is not None and isinstance(call.original, dict):
+        return Native(native, call.original, call.headers)
     return None
 
 

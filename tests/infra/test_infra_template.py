@@ -91,6 +91,12 @@ def _resource_for(path: str, api_paths: set[str]) -> str:
     if path in api_paths:
         return path
     parts = path.strip("/").split("/")
+    for resource in api_paths:  # a resource with a {parameter} segment: one segment each
+        segments = resource.strip("/").split("/")
+        if "{proxy+}" not in resource and len(segments) == len(parts) and all(
+                seg == part or (seg.startswith("{") and seg.endswith("}"))
+                for seg, part in zip(segments, parts, strict=True)):
+            return resource
     for n in range(len(parts), -1, -1):
         prefix = "/" + "/".join(parts[:n])
         candidate = (prefix.rstrip("/") + "/{proxy+}")

@@ -21,6 +21,7 @@ from humpyard.http.body import finite
 from humpyard.http.errors import json_response
 from humpyard.http.guard import gateway, guarded, require_admin, require_key, scope
 from humpyard.metrics import prometheus
+from humpyard.planning.select import PICKER_PREFIX, requested_route
 
 T = TypeVar("T")
 
@@ -60,13 +61,41 @@ def _metadata(route: RouteSpec, config: Config) -> dict[str, Any]:
     return out
 
 
+def _kept_by_claude_code(model: str) -> bool:
+    """Whether Claude Code's model picker keeps an id (it keeps only Claude's)."""
+    lowered = model.lower()
+    return "claude" in lowered or "anthropic" in lowered
+
+
+def _picker_entry(route: RouteSpec, config: Config) -> dict[str, Any] | None:
+    """``anthropic/<route>`` for a route whose every endpoint serves a Claude model and
+    whose own name Claude Code's picker would drop (docs/clients.md, "Models in
+    Claude Code's picker"); None for any other route."""
+    if _kept_by_claude_code(route.name):
+        return None
+    models = [ep.model for name in route.all_targets if name in config.targets
+              for ep in config.targets[name].endpoints]
+    if not models or not all(_kept_by_claude_code(m) for m in models):
+        return None
+    entry = _model_entry(route, config)
+    entry["id"] = PICKER_PREFIX + route.name
+    entry["humpyard"]["route"] = route.name
+    return entry
+
+
 @guarded
 async def models(request: Request) -> Response:
-    """``GET /v1/models``: the routes (and bare targets) the calling key may use."""
+    """``GET /v1/models``: the routes (and bare targets) the calling key may use, and
+    each one that ends on Claude models again as ``anthropic/<route>``."""
     key = require_key(request)
     gw = gateway(request)
-    data = [_model_entry(r, gw.config) for name, r in gw.config.routes.items()
-            if key is None or key.may_use(name)]
+    data = []
+    for name, r in gw.config.routes.items():
+        if key is None or key.may_use(name):
+            data.append(_model_entry(r, gw.config))
+            picker = _picker_entry(r, gw.config)
+            if picker is not None:
+                data.append(picker)
     return json_response({"object": "list", "data": data})
 
 
@@ -77,13 +106,15 @@ async def model(request: Request) -> Response:
     a key learns nothing about routes it cannot call)."""
     key = require_key(request)
     gw = gateway(request)
-    name = request.path_params["model_id"]
+    asked = request.path_params["model_id"]
+    name = requested_route(asked, gw.config.routes)
     route = gw.config.routes.get(name)
     if route is None or (key is not None and not key.may_use(name)):
-        shown = name if len(name) <= 80 and name.isprintable() else "the requested model"
+        shown = asked if len(asked) <= 80 and asked.isprintable() else "the requested model"
         raise UnknownModel(f"no such model: {shown!r} is not a route or target this key "
                            "may use (GET /v1/models lists them)")
-    return json_response(_model_entry(route, gw.config))
+    entry = _picker_entry(route, gw.config) if name != asked else None
+    return json_response(entry or _model_entry(route, gw.config))
 
 
 async def root(request: Request) -> Response:

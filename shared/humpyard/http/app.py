@@ -20,6 +20,7 @@ import re
 from collections.abc import AsyncIterator, Collection, Iterable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote_to_bytes
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -32,6 +33,7 @@ from humpyard.config.spec import Config
 from humpyard.errors import HumpyardError
 from humpyard.gateway import Gateway
 from humpyard.http import admin, explain, messages, openapi, overrides, probes, quota, ui
+from humpyard.http.bedrock import BEDROCK_INVOKE, BEDROCK_STREAM
 from humpyard.http.chat import OPENAI_CHAT
 from humpyard.http.errors import error_response
 from humpyard.http.intake import ClientPath
@@ -57,6 +59,10 @@ def route_table() -> list[tuple[str, Route]]:
         (CLIENT, Route("/v1/messages", ClientPath(ANTHROPIC_MESSAGES), methods=["POST"])),
         (CLIENT, Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"])),
         (CLIENT, Route("/v1/responses", ClientPath(RESPONSES), methods=["POST"])),
+        # Bedrock's InvokeModel (http/bedrock.py): Claude Code with CLAUDE_CODE_USE_BEDROCK
+        (CLIENT, Route("/model/{model}/invoke", ClientPath(BEDROCK_INVOKE), methods=["POST"])),
+        (CLIENT, Route("/model/{model}/invoke-with-response-stream",
+                       ClientPath(BEDROCK_STREAM), methods=["POST"])),
         (CLIENT, Route("/v1/models", admin.models, methods=["GET"])),
         (CLIENT, Route("/v1/models/{model_id:path}", admin.model, methods=["GET"])),
         (CLIENT, Route("/", admin.root, methods=["HEAD", "GET"])),  # clients' preflight
@@ -147,19 +153,36 @@ class GatewayApp(Starlette):
     is Starlette's. Paths are matched after exactly one decode, segment by
     segment (``named_by_segments``): an encoded ``/`` inside a segment is not a
     separator, so ``/v1%2Fhealth`` names nothing (a 404), while a model id such
-    as ``org%2Fname`` in ``/v1/models/{id}`` is that one segment.
+    as ``org%2Fname`` in ``/v1/models/{id}`` is that one segment. A client path
+    with parameters (Bedrock's ``/model/{model}/invoke``) is matched on the raw
+    path first, so an inference profile's ARN, whose ``/`` its clients encode,
+    is one ``model``.
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self._fast: dict[str, ClientPath] = {
-            r.path: r.endpoint for r in self.routes
-            if isinstance(r, Route) and isinstance(r.endpoint, ClientPath)}
+        clients: list[tuple[str, ClientPath]] = [
+            (r.path, r.endpoint) for r in self.routes
+            if isinstance(r, Route) and isinstance(r.endpoint, ClientPath)]
+        self._fast: dict[str, ClientPath] = {path: endpoint for path, endpoint in clients
+                                             if "{" not in path}
+        self._shaped = [(segment_pattern(path), endpoint) for path, endpoint in clients
+                        if "{" in path]
+        # the fixed start of each (``/model/``): other paths never pay for a pattern
+        self._shaped_starts = tuple({path[:path.index("{")] for path, _ in clients
+                                     if "{" in path})
         self._remainders = remainder_prefixes(r for r in self.routes if isinstance(r, Route))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             raw = scope.get("raw_path")
+            if (self._shaped_starts and scope["path"].startswith(self._shaped_starts)
+                    and scope["method"] == "POST" and not scope.get("root_path")):
+                shaped = self._match_shaped(raw or scope["path"].encode("utf-8"))
+                if shaped is not None:
+                    scope["app"] = self
+                    scope["path_params"], path_endpoint = shaped
+                    return await path_endpoint(scope, receive, send)
             if raw and b"%" in raw and not named_by_segments(raw, self._remainders):
                 scope["path"] = "/\x00"  # matches no route: humpyard's JSON 404
             elif scope["method"] == "POST" and not scope.get("root_path"):
@@ -168,6 +191,30 @@ class GatewayApp(Starlette):
                     scope["app"] = self
                     return await endpoint(scope, receive, send)
         await super().__call__(scope, receive, send)
+
+
+    def _match_shaped(self, raw: bytes) -> tuple[dict[str, str], ClientPath] | None:
+        """A client path with parameters (``/model/{model}/invoke``) matched on the raw
+        path, each parameter one segment decoded once: an ARN's encoded ``/`` stays in
+        its segment."""
+        for pattern, endpoint in self._shaped:
+            found = pattern.fullmatch(raw)
+            if found is not None:
+                return {name: unquote_to_bytes(value).decode("utf-8", "replace")
+                        for name, value in found.groupdict().items()}, endpoint
+        return None
+
+
+def segment_pattern(path: str) -> re.Pattern[bytes]:
+    """A route path with ``{name}`` segments as a pattern over a raw path, each
+    parameter one whole segment (no ``/``): ``/model/{model}/invoke``."""
+    out = []
+    for seg in path.strip("/").split("/"):
+        if seg.startswith("{") and seg.endswith("}") and ":" not in seg:
+            out.append(b"(?P<" + seg[1:-1].encode() + b">[^/?#]+)")
+        else:
+            out.append(re.escape(seg.encode()))
+    return re.compile(b"/" + b"/".join(out))
 
 
 _ENCODED_SEPARATOR = re.compile(rb"%(2f|5c)", re.IGNORECASE)

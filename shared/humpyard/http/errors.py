@@ -16,6 +16,8 @@ from starlette.responses import Response
 from humpyard.errors import HumpyardError
 from humpyard.http.reply import Reply
 from humpyard.protocols.anthropic import error_body as anthropic_error_body
+from humpyard.protocols.bedrock_client import error_body as bedrock_error_body
+from humpyard.protocols.bedrock_client import error_type as bedrock_error_type
 from humpyard.protocols.responses import error_body as responses_error_body
 
 log = logging.getLogger("humpyard.http")
@@ -33,11 +35,15 @@ def error_reply(err: HumpyardError, *, shape: str = "openai",
                 headers: dict[str, str] | None = None) -> Reply:
     """``err`` with its status, as an OpenAI (``shape="openai"``), Anthropic
     (``"anthropic"``) or Responses API (``"responses"``: OpenAI's envelope with
-    ``param``, the type following the status) error body."""
+    ``param``, the type following the status) error body, or Bedrock's
+    (``"bedrock"``: ``{"message"}``, the exception's name in ``x-amzn-ErrorType``)."""
     if err.retry_after is not None and err.retry_after > 0:
         headers = {**(headers or {}), "retry-after": str(max(1, math.ceil(err.retry_after)))}
     if shape == "anthropic":
         body = anthropic_error_body(err.status, err.message)
+    elif shape == "bedrock":
+        body = bedrock_error_body(err.message)
+        headers = {**(headers or {}), "x-amzn-ErrorType": bedrock_error_type(err.status)}
     elif shape == "responses":
         body = responses_error_body(err.status, err.message, code=err.code)
     else:

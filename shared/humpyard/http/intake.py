@@ -35,7 +35,15 @@ from humpyard.flow import serve
 from humpyard.gateway import Gateway
 from humpyard.http.body import header_dict, receive_json
 from humpyard.http.errors import error_reply, internal_reply
-from humpyard.http.reply import ClientWatch, EarlyHead, Reply, send_reply, send_stream
+from humpyard.http.reply import (
+    HEARTBEAT,
+    SSE_TYPE,
+    ClientWatch,
+    EarlyHead,
+    Reply,
+    send_reply,
+    send_stream,
+)
 from humpyard.keys import authenticate
 from humpyard.protocols.openai import validate_chat
 from humpyard.protocols.sse import SSEEvent
@@ -61,8 +69,15 @@ class ClientProtocol:
       encoded; a failure after the first content ends the stream with the
       protocol's own error event (the record learns of it underneath); notes
       the encoding adds go to ``call.notes``;
-    - ``errors``: the error body shape, ``"openai"``, ``"anthropic"`` or
-      ``"responses"`` (``http/errors.error_reply``).
+    - ``errors``: the error body shape, ``"openai"``, ``"anthropic"``,
+      ``"responses"`` or ``"bedrock"`` (``http/errors.error_reply``);
+    - ``prepare(body, scope, headers) -> (body, headers)`` (optional): the request
+      as the protocol it stands for, before ``decode`` — a protocol whose path
+      carries part of the request (Bedrock's ``/model/{modelId}/invoke``) puts it
+      into the body here; what it returns is what is recorded and what goes to an
+      upstream speaking that protocol;
+    - ``stream_type``, ``heartbeat``: a stream's content type and the bytes that
+      fill its silences (an SSE comment unless the protocol is not SSE).
     """
 
     name: str
@@ -70,6 +85,9 @@ class ClientProtocol:
     answer: Callable[[Call, Any, Served, Headers], Reply]
     stream: Callable[[Call, Any, AsyncIterator[list[SSEEvent]]], AsyncIterator[bytes]]
     errors: str = "openai"
+    prepare: Callable[[Any, Scope, Headers], tuple[Any, Headers]] | None = None
+    stream_type: bytes = SSE_TYPE
+    heartbeat: bytes = HEARTBEAT
 
 
 def route_headers(call: Call, served: Served | None) -> Headers:
@@ -104,6 +122,8 @@ async def take(gw: Gateway, protocol: ClientProtocol, scope: Scope, receive: Rec
             call.key = authenticate(call.config.keys, call.headers)
             body = await receive_json(receive, call.headers.get("content-length"),
                                       call.config.max_body_bytes)
+            if protocol.prepare is not None:
+                body, call.headers = protocol.prepare(body, scope, call.headers)
             if isinstance(body, dict):
                 call.body = body  # what the record shows if decoding fails
             call.original = body  # for an upstream that speaks the client's protocol
@@ -114,8 +134,9 @@ async def take(gw: Gateway, protocol: ClientProtocol, scope: Scope, receive: Rec
             watch = ClientWatch(receive, "hold_back" if stream else "waiting",
                                 rec.client_left)
             first = call.config.router.stream_first_heartbeat_secs
-            early = EarlyHead(send, lambda: route_headers(call, None), first) \
-                if stream and first > 0 else None
+            early = EarlyHead(send, lambda: route_headers(call, None), first,
+                              media_type=protocol.stream_type,
+                              heartbeat=protocol.heartbeat) if stream and first > 0 else None
             try:
                 try:
                     served = await serve(gw, call)
@@ -141,7 +162,9 @@ async def take(gw: Gateway, protocol: ClientProtocol, scope: Scope, receive: Rec
                         return await send_stream(send, watch, headers,
                                                  protocol.stream(call, context, events),
                                                  call.config.stream_heartbeat_secs,
-                                                 head_sent=head_sent)
+                                                 head_sent=head_sent,
+                                                 media_type=protocol.stream_type,
+                                                 heartbeat=protocol.heartbeat)
                     finally:  # however the stream ended: the upstream released, the record told
                         await events.aclose()
             finally:
@@ -188,7 +211,8 @@ async def _fail_started_stream(rec: Recording, protocol: ClientProtocol, call: C
         yield []  # an async generator that fails on its first step
 
     await send_stream(send, None, {}, protocol.stream(call, context, failed()),
-                      head_sent=True)
+                      head_sent=True, media_type=protocol.stream_type,
+                      heartbeat=protocol.heartbeat)
 
 
 class ClientPath:

@@ -113,6 +113,14 @@ MESSAGES_FIELDS: dict[str, Schema] = {
                      "budget_tokens": {"type": "integer", "minimum": 1}}, "type"),
 }
 MESSAGES_REQUEST = obj(MESSAGES_FIELDS, "model", "max_tokens", "messages")
+# Bedrock's InvokeModel body: Messages without model and stream (the path has them)
+BEDROCK_REQUEST = obj({**{k: v for k, v in MESSAGES_FIELDS.items()
+                          if k not in ("model", "stream")},
+                       "anthropic_version": STR,
+                       "anthropic_beta": arr({"type": "string", "minLength": 1,
+                                              "maxLength": 128},
+                                             maxItems=64)},
+                      "max_tokens", "messages")
 COUNT_TOKENS_REQUEST = obj(MESSAGES_FIELDS, "model", "messages")
 RESPONSES_ITEM = obj({"type": STR, "role": {"enum": list(responses_request.ROLES)},
                       "content": {"type": ["string", "array"]}, "call_id": STR, "name": STR,
@@ -149,6 +157,7 @@ OVERRIDE_REQUEST = obj({
 SCHEMAS: dict[str, Schema] = {
     "Error": obj({"error": obj({"message": STR, "type": STR, "code": OPT_STR},
                                "message", "type", "code")}, "error"),
+    "BedrockError": obj({"message": STR}, "message"),
     "AnthropicError": obj({"type": {"const": "error"},
                            "error": obj({"type": STR, "message": STR}, "type", "message")},
                           "type", "error"),
@@ -198,6 +207,12 @@ def path_param(name: str) -> Schema:
     return {"name": name, "in": "path", "required": True, "schema": STR}
 
 
+BEDROCK_MODEL = {"name": "model", "in": "path", "required": True,
+                 "schema": {"type": "string", "minLength": 1, "maxLength": 256},
+                 "description": "a route name, or any model id a selector rule routes "
+                                "(an inference profile id, an ARN)"}
+
+
 def body(schema: Schema) -> Schema:
     return {"required": True, "content": {"application/json": {"schema": schema}}}
 
@@ -231,6 +246,20 @@ def _client_ops() -> dict[tuple[str, str], Schema]:
             request=MESSAGES_REQUEST, responses={
                 "200": {"description": "the message, or its stream", "content": message},
                 **errors(*CLIENT_ERRORS, anthropic_shape=True)}),
+        **{("POST", path): op(
+            f"Amazon Bedrock InvokeModel{what}: an Anthropic Messages body for the route "
+            "{model} names; Bedrock's errors (x-amzn-ErrorType)", tag="client",
+            request=BEDROCK_REQUEST, params=[BEDROCK_MODEL], responses={
+                "200": {"description": "the message, or its event stream", "content": media},
+                **{code: answer(ref("BedrockError"), "refused or failed; x-amzn-ErrorType "
+                                "names the exception") for code in CLIENT_ERRORS},
+                "404": answer({"anyOf": [ref("BedrockError"), ERR]},
+                              "no such model (or, for a path naming none, humpyard's 404)")})
+           for path, what, media in (
+               ("/model/{model}/invoke", "", {"application/json": {"schema": ref("Message")}}),
+               ("/model/{model}/invoke-with-response-stream", "WithResponseStream",
+                {"application/vnd.amazon.eventstream": {
+                    "schema": {"type": "string", "format": "binary"}}}))},
         ("POST", "/v1/responses"): op(
             "OpenAI Responses API, translated to the upstream and back; stateless "
             "(store: true and previous_response_id are refused)", tag="client",

@@ -132,9 +132,9 @@ class ClientWatch:
 HEARTBEAT = b": keep-alive\n\n"
 
 
-def _stream_head(headers: dict[str, str]) -> dict[str, Any]:
+def _stream_head(headers: dict[str, str], media_type: bytes = SSE_TYPE) -> dict[str, Any]:
     raw = _raw(headers)
-    raw.append((b"content-type", SSE_TYPE))
+    raw.append((b"content-type", media_type))
     raw.extend(SSE_HEADERS)
     return {"type": "http.response.start", "status": 200, "headers": raw}
 
@@ -152,12 +152,16 @@ class EarlyHead:
     A request answered sooner costs one timer.
     """
 
-    __slots__ = ("_send", "_headers", "_every", "_loop", "_timer", "_beat", "started")
+    __slots__ = ("_send", "_headers", "_every", "_loop", "_timer", "_beat", "started",
+                 "_media_type", "_heartbeat")
 
     def __init__(self, send: Send, headers: Callable[[], dict[str, str]],
-                 first: float) -> None:
+                 first: float, *, media_type: bytes = SSE_TYPE,
+                 heartbeat: bytes = HEARTBEAT) -> None:
         self._send = send
         self._headers = headers
+        self._media_type = media_type
+        self._heartbeat = heartbeat
         self._every = first
         self._loop = asyncio.get_running_loop()
         self._beat: asyncio.Future[None] | None = None
@@ -167,19 +171,21 @@ class EarlyHead:
     def _pulse(self) -> None:
         if not self.started:
             self.started = True
-            self._beat = asyncio.ensure_future(self._open(_stream_head(self._headers())))
+            self._beat = asyncio.ensure_future(
+                self._open(_stream_head(self._headers(), self._media_type)))
         elif self._beat is None or self._beat.done():
             if self._beat is not None and not self._beat.cancelled() \
                     and self._beat.exception() is not None:
                 self._timer = None
                 return  # the client's connection failed: stop() raises it
             self._beat = asyncio.ensure_future(self._send(
-                {"type": "http.response.body", "body": HEARTBEAT, "more_body": True}))
+                {"type": "http.response.body", "body": self._heartbeat, "more_body": True}))
         self._timer = self._loop.call_later(self._every, self._pulse)
 
     async def _open(self, head: dict[str, Any]) -> None:
         await self._send(head)
-        await self._send({"type": "http.response.body", "body": HEARTBEAT, "more_body": True})
+        await self._send({"type": "http.response.body", "body": self._heartbeat,
+                          "more_body": True})
 
     async def stop(self) -> bool:
         """No more comments; the one being sent is waited for (its failure raised).
@@ -205,8 +211,9 @@ class EarlyHead:
 
 
 async def send_stream(send: Send, watch: ClientWatch | None, headers: dict[str, str],
-                      chunks: AsyncIterator[bytes], heartbeat_secs: float = 0,
-                      head_sent: bool = False) -> None:
+                      chunks: AsyncIterator[bytes], heartbeat_secs: float = 0, *,
+                      head_sent: bool = False, media_type: bytes = SSE_TYPE,
+                      heartbeat: bytes = HEARTBEAT) -> None:
     """A 200 event stream, one body message per chunk; ``chunks`` is closed at the end
     whether it ran out, failed or the client left. ``head_sent``: an ``EarlyHead``
     sent the head already (``headers`` are then not sent).
@@ -219,7 +226,8 @@ async def send_stream(send: Send, watch: ClientWatch | None, headers: dict[str, 
     the way (API Gateway's, a proxy's) never cuts a stream whose model is thinking.
     One timer runs per stream, not one per chunk: when it fires it sends a beat only if
     nothing was sent for ``heartbeat_secs`` (``last``: when the last chunk went out),
-    else it waits for the rest of that silence. A beat is never sent while a chunk is."""
+    else it waits for the rest of that silence. A beat is never sent while a chunk is.
+    A stream that is not SSE (``media_type``) brings its own ``heartbeat`` bytes."""
     loop = asyncio.get_running_loop()
     beat: asyncio.Future[None] | None = None
     timer: asyncio.TimerHandle | None = None
@@ -231,7 +239,7 @@ async def send_stream(send: Send, watch: ClientWatch | None, headers: dict[str, 
         quiet = loop.time() - last
         if quiet >= heartbeat_secs and not sending and (beat is None or beat.done()):
             beat = asyncio.ensure_future(
-                send({"type": "http.response.body", "body": HEARTBEAT, "more_body": True}))
+                send({"type": "http.response.body", "body": heartbeat, "more_body": True}))
             quiet = 0.0
         timer = loop.call_later(max(heartbeat_secs - quiet, heartbeat_secs / 16), pulse)
 
@@ -239,7 +247,7 @@ async def send_stream(send: Send, watch: ClientWatch | None, headers: dict[str, 
         watch.phase = "relaying"
     try:
         if not head_sent:
-            await send(_stream_head(headers))
+            await send(_stream_head(headers, media_type))
         if heartbeat_secs > 0:
             last = loop.time()
             timer = loop.call_later(heartbeat_secs, pulse)

@@ -17,7 +17,7 @@ matches an absent header, and credential headers (``authorization``,
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -173,6 +173,7 @@ class CompiledRules:
     keys: Mapping[str, KeySpec]
     by_model: Mapping[str, tuple[CompiledRule, ...]]
     other: tuple[CompiledRule, ...]
+    routes: frozenset[str] = frozenset()
 
     def candidates(self, model: str) -> tuple[CompiledRule, ...]:
         return self.by_model.get(model, self.other)
@@ -193,7 +194,24 @@ def compile_rules(config: Config) -> CompiledRules:
     models = {r.exact_model for r in rules if r.exact_model is not None}
     by_model = {m: tuple(r for r in rules if r.exact_model in (None, m)) for m in models}
     other = tuple(r for r in rules if r.exact_model is None)
-    return CompiledRules(rules=rules, keys=dict(config.keys), by_model=by_model, other=other)
+    return CompiledRules(rules=rules, keys=dict(config.keys), by_model=by_model, other=other,
+                         routes=frozenset(config.routes))
+
+
+PICKER_PREFIX = "anthropic/"
+"""``GET /v1/models`` lists a route that ends on Claude models under this prefix too
+(``anthropic/auto``), as Claude Code's model picker keeps only ids that contain
+``claude`` or ``anthropic``; the id names the route (``requested_route``)."""
+
+
+def requested_route(model: str, routes: Collection[str]) -> str:
+    """The route a requested model names when no rule chose one: the model itself, or
+    ``<route>`` for ``anthropic/<route>`` when no route has the whole name."""
+    if model.startswith(PICKER_PREFIX) and model not in routes:
+        name = model[len(PICKER_PREFIX):]
+        if name in routes:
+            return name
+    return model
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +263,8 @@ def select_route(config: Config | CompiledRules, facts: RequestFacts, *,
             if check.key_may_use_route:
                 return Selection(rule.route, rule.label, "selector", (*skipped, check))
             skipped.append(check)
-    return Selection(facts.model, "default", "requested_model", tuple(skipped))
+    return Selection(requested_route(facts.model, compiled.routes), "default",
+                     "requested_model", tuple(skipped))
 
 
 def _select_all(compiled: CompiledRules, facts: RequestFacts) -> Selection:
@@ -260,5 +279,6 @@ def _select_all(compiled: CompiledRules, facts: RequestFacts) -> Selection:
         if not missing and allowed and chosen is None:
             chosen = rule
     if chosen is None:
-        return Selection(facts.model, "default", "requested_model", tuple(checks))
+        return Selection(requested_route(facts.model, compiled.routes), "default",
+                         "requested_model", tuple(checks))
     return Selection(chosen.route, chosen.label, "selector", tuple(checks))
