@@ -97,3 +97,54 @@ def test_claude_code_tool_round_trip_on_bedrock(workdir):
     assert NOTE in json.dumps(result)  # the tool's output reached Bedrock
     assert "tool_result" not in json.dumps(first.json["messages"])
     assert {d["status"] for d in decisions} == {200}
+
+
+# Claude Code configured for Bedrock (the client format) through humpyard to Bedrock:
+# both of issue 27's halves on one path. The model id Claude Code sends names the route
+# through a selector rule; humpyard signs its own call to the fake Bedrock.
+
+BEDROCK_CLIENT_RULE = """
+[[select]]
+name = "bedrock-format"
+when = { model = "*anthropic.claude-*" }
+route = "auto"
+"""
+
+
+def bedrock_format_claude(url: str, prompt: str, workdir: Path):
+    return run_claude("http://127.0.0.1:9", prompt, workdir=workdir,
+                      model="us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+                      api_key="sk-unused",
+                      extra_env={"CLAUDE_CODE_USE_BEDROCK": "1",
+                                 "ANTHROPIC_BEDROCK_BASE_URL": url,
+                                 "CLAUDE_CODE_SKIP_BEDROCK_AUTH": "1",
+                                 "AWS_REGION": "us-east-1"})
+
+
+def test_claude_code_in_bedrock_format_plain_turn_to_bedrock(workdir):
+    with FakeBedrock(default=Reply("answer by the bedrock way")) as bedrock, \
+            running_gateway(config(bedrock.url) + BEDROCK_CLIENT_RULE) as gw:
+        run = bedrock_format_claude(gw.url, "Say hello", workdir)
+        assert run.ok, run.transcript
+        decisions = gw.decisions()
+    assert run.result == "answer by the bedrock way"
+    calls = [r for r in bedrock.received if r.operation.startswith("invoke")]
+    assert calls and all(r.signature_ok for r in bedrock.received)
+    assert calls[-1].model == MODEL  # the configured endpoint, not the client's id
+    assert "model" not in calls[-1].json and "stream" not in calls[-1].json
+    assert any(d["protocol"] == "bedrock" and d["status"] == 200 for d in decisions)
+
+
+def test_claude_code_in_bedrock_format_tool_round_trip_to_bedrock(workdir):
+    turn = agent_turn("Read", {"file_path": str(workdir / "note.txt")})
+    with FakeBedrock(default=turn) as bedrock, \
+            running_gateway(config(bedrock.url) + BEDROCK_CLIENT_RULE) as gw:
+        run = bedrock_format_claude(gw.url, "Read note.txt and tell me what it says", workdir)
+        assert run.ok, run.transcript
+    assert run.result is not None and NOTE in run.result
+    with_tools = [r for r in bedrock.received if r.operation.startswith("invoke")
+                  and any(t.get("name") == "Read" for t in r.json.get("tools") or [])]
+    assert all(r.signature_ok for r in bedrock.received)
+    [result] = [b for b in with_tools[-1].json["messages"][-1]["content"]
+                if b.get("type") == "tool_result"]
+    assert NOTE in json.dumps(result)
