@@ -241,7 +241,7 @@ def test_dynamodb_calls_per_request_at_steady_load(
     for _ in range(5):
         chat(a)  # warm: breakers known, the first reads done
     until(lambda: _metric(a, "humpyard_ledger_batch_size_sum") >= 5, "the warm-up written")
-    until(lambda: _quiet(moto, "Query"), "the start's retention walk to end", timeout=30)
+    until(lambda: _quiet(moto, "Query"), "the start's override sweep to end", timeout=30)
     moto.calls.clear()
     n, clients = 200, 20
     started = time.monotonic()

@@ -20,6 +20,12 @@ as unwritten (``LedgerWriteError``), so the writer logs them whole.
 Write units are the same as one ``PutItem`` per decision (DynamoDB bills per
 item); the batch saves round trips, threads and CPU, not units.
 
+Retention is left to the tables' TTL, as on Lambda: ``purge`` (which the
+gateway runs when a process starts and every hour) deletes nothing here,
+where every process of a fleet would otherwise walk every day partition of
+the retention (about 300 ``Query`` calls for 30 days) for what TTL removes
+anyway.
+
 ``before_close`` callables run first in ``close`` (the gateway closes the
 store last, after its writer): the serve wiring flushes the pending latency
 samples there.
@@ -107,6 +113,10 @@ class BatchedDynamoDBStore(DynamoDBStore):
             if attempt <= self._max_attempts:
                 self._sleep(self._backoff(attempt))
         return {ids[r["PutRequest"]["Item"]["pk"]["S"]] for r in pending[table]}
+
+    def purge(self, before: float) -> int:
+        """Nothing: the items' TTL (``[ledger] decision_retention_days``) removes them."""
+        return 0
 
     def close(self) -> None:
         """Run ``before_close`` (failures are logged), then ``DynamoDBStore.close``."""
