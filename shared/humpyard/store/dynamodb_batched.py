@@ -10,21 +10,19 @@ a steady load a process makes fewer write calls than it serves requests.
 Everything else (the item, its index keys, spend, stats, breakers, latency,
 overrides) is ``DynamoDBStore``'s own code.
 
-What changes with the batch: a ``BatchWriteItem`` put has no condition, so a
-decision written twice (a retried call whose first attempt landed) is the same
-item put again, not refused; its stats are counted once, after the write
-succeeds. Request ids are the gateway's own (a per-process random prefix and
-a counter), so two processes never write the same id. Items DynamoDB leaves
-unprocessed (throttling) are retried with the store's backoff, then reported
-as unwritten (``LedgerWriteError``), so the writer logs them whole.
+What changes with the batch: a ``BatchWriteItem`` put has no condition. The
+store's contract (a request id already recorded is skipped, its first
+decision kept) is kept by one strongly consistent ``BatchGetItem`` of the
+batch's keys first (up to 100 a call, only the key projected; one read unit
+per decision), and only the ids not found are put. Request ids are the
+gateway's own (a per-process random prefix and a counter), so two processes
+never write the same id and the read cannot race another writer; a call the
+store retries after its first attempt landed puts the same item again, and
+stats are counted once, after the write succeeds. Items DynamoDB leaves
+unprocessed (throttling) are retried with the store's backoff, then
+reported as unwritten (``LedgerWriteError``), so the writer logs them whole.
 Write units are the same as one ``PutItem`` per decision (DynamoDB bills per
 item); the batch saves round trips, threads and CPU, not units.
-
-Retention is left to the tables' TTL, as on Lambda: ``purge`` (which the
-gateway runs when a process starts and every hour) deletes nothing here,
-where every process of a fleet would otherwise walk every day partition of
-the retention (about 300 ``Query`` calls for 30 days) for what TTL removes
-anyway.
 
 ``before_close`` callables run first in ``close`` (the gateway closes the
 store last, after its writer): the serve wiring flushes the pending latency
@@ -41,8 +39,8 @@ from humpyard.errors import StoreError
 from humpyard.store import decisions as dec
 from humpyard.store.base import LedgerBatch
 from humpyard.store.dynamodb import DynamoDBStore
-from humpyard.store.dynamodb_base import MAX_BATCH_WRITE
-from humpyard.store.dynamodb_ledger import LedgerWriteError
+from humpyard.store.dynamodb_base import MAX_BATCH_GET, MAX_BATCH_WRITE
+from humpyard.store.dynamodb_ledger import LedgerWriteError, decision_key
 from humpyard.store.rows import check_usd
 
 logger = logging.getLogger("humpyard.store")
@@ -64,7 +62,12 @@ class BatchedDynamoDBStore(DynamoDBStore):
         by_id: dict[str, tuple[dec.DecisionRow, dict[str, Any]]] = {}
         for row, decision in zip(rows, batch.decisions, strict=True):
             by_id.setdefault(row.request_id, (row, decision))  # a batch names an item once
-        pending = list(by_id.values())
+        try:
+            known = self._recorded(list(by_id))
+        except StoreError as exc:
+            raise LedgerWriteError(f"{len(batch)} ledger writes failed: {exc}",
+                                   batch) from exc
+        pending = [v for k, v in by_id.items() if k not in known]
         recorded: list[dec.DecisionRow] = []
         for start in range(0, len(pending), MAX_BATCH_WRITE):
             chunk = pending[start:start + MAX_BATCH_WRITE]
@@ -94,6 +97,27 @@ class BatchedDynamoDBStore(DynamoDBStore):
             raise LedgerWriteError(f"{len(unwritten)} of {len(batch)} ledger writes failed: "
                                    f"{failure}", unwritten) from failure
 
+    def _recorded(self, request_ids: list[str]) -> set[str]:
+        """The request ids among ``request_ids`` whose decision is stored (strongly
+        consistent ``BatchGetItem``s of the keys alone, 100 a call)."""
+        found: set[str] = set()
+        table = self.ledger_table
+        for start in range(0, len(request_ids), MAX_BATCH_GET):
+            keys = [decision_key(rid) for rid in request_ids[start:start + MAX_BATCH_GET]]
+            request: dict[str, Any] = {table: {"Keys": keys, "ConsistentRead": True,
+                                               "ProjectionExpression": "pk"}}
+            for attempt in range(1, self._max_attempts + 2):
+                answer = self._call("batch_get_item", RequestItems=request)
+                for item in answer.get("Responses", {}).get(table, []):
+                    found.add(item["pk"]["S"][len("decision#"):])
+                request = answer.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+                if attempt > self._max_attempts:
+                    raise StoreError(f"dynamodb batch_get_item left keys unread in {table}")
+                self._sleep(self._backoff(attempt))
+        return found
+
     def _put_chunk(self, rows: list[dec.DecisionRow]) -> set[str]:
         """Put up to 25 decisions in one ``BatchWriteItem``, retrying what DynamoDB leaves
         unprocessed; returns the request ids still unwritten after the retries."""
@@ -113,10 +137,6 @@ class BatchedDynamoDBStore(DynamoDBStore):
             if attempt <= self._max_attempts:
                 self._sleep(self._backoff(attempt))
         return {ids[r["PutRequest"]["Item"]["pk"]["S"]] for r in pending[table]}
-
-    def purge(self, before: float) -> int:
-        """Nothing: the items' TTL (``[ledger] decision_retention_days``) removes them."""
-        return 0
 
     def close(self) -> None:
         """Run ``before_close`` (failures are logged), then ``DynamoDBStore.close``."""
