@@ -33,6 +33,7 @@ import asyncio
 import dataclasses
 import importlib.util
 import logging
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -149,6 +150,7 @@ class Served:
     gateway: Gateway
     state: SharedState | None = None
     latency: SharedLatency | None = None
+    closing: threading.Event = dataclasses.field(default_factory=threading.Event)
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Until cancelled (or ``stop``): keep the shared view fresh and write latency
@@ -157,7 +159,7 @@ class Served:
         if state is None or latency is None:
             return
         waited = 0.0
-        while stop is None or not stop.is_set():
+        while not self.closing.is_set() and (stop is None or not stop.is_set()):
             refresh = max(0.05, state.refresh_secs * 0.4)  # before AHEAD: reads stay off the loop
             try:
                 await asyncio.to_thread(state.current, ahead=True)
@@ -200,11 +202,13 @@ def serve_gateway(config: Config, *, clock: Clock | None = None,
     gw = Gateway(config, store, transport=transport, clock=clock, health=health,
                  latency=latency, writer=writer)
     store.on_conflict = gw.metrics.transaction_conflicts.inc
+    served = Served(gw, shared, latency)
+    store.before_close.append(served.closing.set)  # no more upkeep reads
     store.before_close.append(latency.flush)  # the gateway closes the store last
     log.info("store: DynamoDB tables %s and %s (region %s%s)", spec.state_table,
              spec.ledger_table, store._client.meta.region_name,
              f", endpoint {spec.endpoint_url}" if spec.endpoint_url else "")
-    return Served(gw, shared, latency)
+    return served
 
 
 def with_store(config: Config, store: StoreSpec) -> Config:
