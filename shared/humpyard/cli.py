@@ -1,4 +1,4 @@
-"""The ``humpyard`` command: serve, check, explain, simulate, demo, prices."""
+"""The ``humpyard`` command: serve, console, check, explain, store, simulate, demo, prices."""
 
 from __future__ import annotations
 
@@ -49,8 +49,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     """Exit 1 on any problem; an unset key variable is only a warning without ``--strict``
     (``serve`` still refuses an unset client key variable: docs/configuration.md)."""
     from humpyard.config import load_config
+    from humpyard.fleet import check_backend
     try:
         cfg = load_config(args.config, unset_env="strict" if args.strict else "check")
+        check_backend(cfg)
     except ConfigError as e:
         print(e, file=sys.stderr)
         return 1
@@ -99,6 +101,59 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_console(args: argparse.Namespace) -> int:
+    """``serve`` with the admin API and the console only (no client path), on the
+    configuration's ``[store]`` or on the tables a stack's outputs name (``--stack``)."""
+    import signal
+
+    from humpyard.serving import run_loop, serve
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        store = None
+        if args.stack:
+            from humpyard.config.spec import StoreSpec
+            from humpyard.fleet import tables_from_stack
+            state, ledger = tables_from_stack(args.stack, region=args.region)
+            store = StoreSpec(backend="dynamodb", state_table=state, ledger_table=ledger,
+                              region=args.region)
+        run_loop(serve(args.config, args.host, args.port, surfaces=("admin", "console"),
+                       store=store))
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def cmd_store(args: argparse.Namespace) -> int:
+    """``humpyard store create-tables``: the two DynamoDB tables ``[store]`` names, made
+    as ``template.yaml`` makes them (``store/dynamodb_schema.py``); existing ones are left."""
+    from humpyard.config import load_config
+    from humpyard.fleet import backend_of, dynamodb_client
+    try:
+        cfg = load_config(args.config, unset_env="check")
+        spec = cfg.store
+        if (spec is None or backend_of(cfg) != "dynamodb" or spec.state_table is None
+                or spec.ledger_table is None):
+            raise ConfigError('store.backend: create-tables is for backend = "dynamodb"')
+        client = dynamodb_client(spec)
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        from humpyard.store.dynamodb_schema import create_tables
+        try:
+            create_tables(client, spec.state_table, spec.ledger_table)
+        except (BotoCoreError, ClientError) as e:
+            print(f"could not create the tables: {type(e).__name__}: {e}", file=sys.stderr)
+            return 1
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        return 1
+    print(f"ok: tables {spec.state_table} and {spec.ledger_table} exist "
+          f"(region {client.meta.region_name})")
+    return 0
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     from humpyard.simulate import run_simulator
     run_simulator(args.host, args.port, args.profile, delay_ms=args.delay_ms, seed=args.seed)
@@ -117,7 +172,8 @@ def cmd_prices(args: argparse.Namespace) -> int:
     return run_check(args.config, args.source, sys.stdout, sys.stderr)
 
 
-DESCRIPTION = """humpyard, an LLM gateway: serve, check, explain, simulate, demo, prices.
+DESCRIPTION = """humpyard, an LLM gateway: serve, console, check, explain, store, simulate,
+demo, prices.
 
 Run "humpyard COMMAND --help" for a command's flags."""
 
@@ -226,6 +282,31 @@ def build_parser() -> argparse.ArgumentParser:
                        ("subagent", "the request comes from a subagent")):
         e.add_argument(f"--{flag}", action="store_true", help=what)
     e.set_defaults(fn=cmd_explain)
+    co = sub.add_parser(
+        "console", help="the admin API and the console, no client traffic",
+        description="Serve the admin API and the console (/ui) on the configuration's "
+                    "[store] and no client path: an operator's console for gateways that "
+                    "share a store, e.g. an AWS deployment's DynamoDB tables "
+                    "(docs/deploy.md, \"The console for an AWS deployment\").")
+    co.add_argument("--config", required=True, metavar="FILE",
+                    help="the configuration file (TOML): its [keys] say who may do what")
+    co.add_argument("--stack", default=None, metavar="NAME",
+                    help="read the DynamoDB tables from this CloudFormation stack's outputs "
+                         "(StateTableName, LedgerTableName) instead of [store]")
+    co.add_argument("--region", default=None,
+                    help="the stack's and tables' region (none: [store] region, else the "
+                         "AWS environment's)")
+    co.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    co.add_argument("--port", type=int, default=8080, help="the port to listen on")
+    co.set_defaults(fn=cmd_console, log_format="text")
+    st = sub.add_parser("store", help="manage the store [store] names")
+    sts = st.add_subparsers(dest="store_command", required=True, metavar="COMMAND",
+                            parser_class=Parser)
+    ct = sts.add_parser("create-tables", help="create the DynamoDB tables [store] names, "
+                                              "as template.yaml does (existing ones are left)")
+    ct.add_argument("--config", required=True, metavar="FILE",
+                    help="the configuration file (TOML) with [store] backend = \"dynamodb\"")
+    ct.set_defaults(fn=cmd_store)
     m = sub.add_parser("simulate", help="run a simulated OpenAI-compatible provider")
     m.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     m.add_argument("--port", type=int, default=9001, help="the port to listen on")
@@ -288,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    _setup_logging(args.log_level, buffered=args.command in ("serve", "demo"),
+    _setup_logging(args.log_level, buffered=args.command in ("serve", "demo", "console"),
                    json_lines=getattr(args, "log_format", "text") == "json")
     return int(args.fn(args) or 0)
 

@@ -28,7 +28,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Collection, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from humpyard.connections import ConnectionGuard, guarded, raise_open_files_limit
@@ -142,7 +142,8 @@ def notifying_server(config: Any, on_ready: Callable[[], None] | None, *,
 
 async def serve(config_path: str, host: str, port: int, *, sock: socket.socket | None = None,
                 on_ready: Callable[[], None] | None = None,
-                stop: asyncio.Event | None = None) -> None:
+                stop: asyncio.Event | None = None, surfaces: Collection[str] | None = None,
+                store: Any = None) -> None:
     """Serve the gateway on ``config_path`` at ``host:port`` until SIGINT or SIGTERM;
     SIGHUP and ``reload_poll_secs`` reload the file. ``ConfigError`` if the file is
     invalid at start.
@@ -154,12 +155,16 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     ``serve`` owns them: the first stops it gracefully (the lifespan closes the
     ledger writer, the log is drained) and ``serve`` returns, so the process exits
     0 rather than by the signal; a second one stops it without waiting for open
-    requests."""
+    requests.
+
+    ``surfaces`` (default: all) is what of the route table is served (``humpyard
+    console``: the admin API and the console, no client path); ``store``, a
+    ``StoreSpec``, replaces the file's ``[store]`` (``console --stack``)."""
     import uvicorn
 
     from humpyard import telemetry
     from humpyard.config import load_config
-    from humpyard.http.app import create_app
+    from humpyard.http.app import SURFACES, create_app
     from humpyard.logsink import BufferedStderr, flush_periodically
     from humpyard.reload import Reloader
     loop = asyncio.get_running_loop()
@@ -171,7 +176,12 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     cfg = load_config(config_path)
     for w in cfg.warnings:
         log.warning("%s", w)
-    app = create_app(cfg)
+    from humpyard import fleet  # [store]: docs/configuration.md
+    if store is not None:
+        cfg = fleet.with_store(cfg, store)
+    served = fleet.serve_gateway(cfg)
+    app = create_app(cfg, gateway=served.gateway if served else None,
+                     surfaces=SURFACES if surfaces is None else surfaces)
     gw = app.state.gateway
     gw.spans = telemetry.from_environ(os.environ)  # None unless OTEL_* asks for traces
     reloader = Reloader(config_path, lambda: gw.config, gw.swap_config)
@@ -193,6 +203,8 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
              if isinstance(h, BufferedStderr)]
     tasks.append(asyncio.create_task(_exit_on(stop, server)))
     tasks.append(asyncio.create_task(guard.sweep()))
+    if served is not None:
+        tasks.append(asyncio.create_task(served.run()))
     if cfg.reload_poll_secs > 0:
         tasks.append(asyncio.create_task(_poll_config(reloader, gw)))
     log.info("humpyard serving on http://%s:%d (config %s; at most %d client connections)",

@@ -16,7 +16,7 @@ import pytest
 
 from humpyard.clock import FakeClock
 from humpyard.store import MemoryStore, SQLiteStore, Store
-from tests.unit.aws.moto_support import dynamodb_store
+from tests.unit.aws.moto_support import batched_dynamodb_store, dynamodb_store
 
 
 @contextmanager
@@ -43,6 +43,7 @@ STORE_FACTORIES: dict[str, StoreFactory] = {
     "memory": memory_store,
     "sqlite": sqlite_store,
     "dynamodb": dynamodb_store,  # moto in-process
+    "dynamodb_batched": batched_dynamodb_store,  # humpyard serve's: decisions batched
 }
 
 

@@ -73,8 +73,9 @@ class ServeProcess:
     def __init__(self, config_path: Path, log_path: Path, *,
                  env: Mapping[str, str] | None = None, log_level: str = "INFO",
                  args: Sequence[str] = (),
-                 preexec_fn: Callable[[], object] | None = None):
+                 preexec_fn: Callable[[], object] | None = None, command: str = "serve"):
         self.args = tuple(args)  # more ``serve`` flags (``--log-format json``)
+        self.command = command  # or ``console``, which takes the same --config and --port
         self.config_path = config_path
         self.preexec_fn = preexec_fn  # run in the child before exec (e.g. setrlimit)
         self.log_path = log_path
@@ -105,7 +106,7 @@ class ServeProcess:
                "PYTHONUNBUFFERED": "1", **self.env}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "humpyard.cli", "--log-level", self.log_level, "serve",
+                [sys.executable, "-m", "humpyard.cli", "--log-level", self.log_level, self.command,
                  "--config", str(self.config_path), "--port", str(self.port), *self.args],
                 cwd=str(ROOT), env=env, stdout=log, stderr=subprocess.STDOUT,
                 preexec_fn=self.preexec_fn)

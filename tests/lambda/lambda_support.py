@@ -150,14 +150,18 @@ class SerialMotoServer:
     interleaves with another on the same item); moto's backend does no
     locking, so the threaded server runs requests under one lock to keep that
     guarantee and test the gateway's logic rather than the emulator's races.
+    ``calls`` counts the requests it answered by operation (``PutItem``, ...).
     """
 
     def __init__(self) -> None:
         import threading
+        from collections import Counter
 
         from moto.server import ThreadedMotoServer
 
         lock = threading.Lock()
+        calls: Counter[str] = Counter()
+        self.calls = calls
 
         class _Serial(ThreadedMotoServer):
             def _server_entry(self) -> None:
@@ -172,6 +176,8 @@ class SerialMotoServer:
 
                 def app(environ: Any, start_response: Any) -> Any:
                     with lock:
+                        target = str(environ.get("HTTP_X_AMZ_TARGET") or "")
+                        calls[target.rpartition(".")[2] or "other"] += 1
                         return list(dispatch(environ, start_response))
 
                 self._server = make_server(self._ip_address, self._port, app, True,

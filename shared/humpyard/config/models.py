@@ -381,6 +381,19 @@ class Ledger(_Strict):
     decision_retention_days: float = Field(default=30, gt=0)
 
 
+class StoreSection(_Strict):
+    """``[store]``: where the state lives (docs/configuration.md, "[store]"); cross-field
+    rules (a DynamoDB backend needs both tables) are checked in ``config/resolve.py``."""
+
+    backend: Literal["sqlite", "memory", "dynamodb"] | None = None
+    state_table: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{3,255}$")
+    ledger_table: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{3,255}$")
+    region: str | None = Field(default=None, pattern=r"^[a-z0-9-]{1,32}$")
+    endpoint_url: str | None = Field(default=None, max_length=2048)
+    stats_flush_secs: float = Field(default=60, ge=0, le=3600)
+    batch_ms: float = Field(default=500, ge=0, le=10_000)
+
+
 class Clients(_Strict):
     """``[clients]``: what of a client's request reaches the upstream (docs/clients.md)."""
 
@@ -438,6 +451,7 @@ class RawConfig(_Strict):
     overrides: Overrides = Field(default_factory=Overrides)
     router: Router = Field(default_factory=Router)
     ledger: Ledger | None = None
+    store: StoreSection | None = None
     clients: Clients = Field(default_factory=Clients)
     server: Server = Field(default_factory=Server)
     keys: dict[str, Key] = Field(default_factory=dict)

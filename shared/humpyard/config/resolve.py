@@ -33,6 +33,7 @@ from humpyard.config.spec import (
     RouteSpec,
     SelectRuleSpec,
     ServerSpec,
+    StoreSpec,
     TargetSpec,
     WhenSpec,
     public_document,
@@ -79,6 +80,7 @@ def resolve(raw: RawConfig, env: Mapping[str, str], *, source: str = "<memory>",
     if not targets and not errors and not known.any_broken("targets"):
         warned.append("the configuration declares no targets: there is nothing to route to, "
                       "and every request gets 404 unknown_model")
+    store = _store(raw, errors)
     if errors:
         raise ConfigError(f"invalid configuration ({source}):\n  " + "\n  ".join(
             [*errors, *(f"warning: {w}" for w in warned)]))
@@ -98,7 +100,9 @@ def resolve(raw: RawConfig, env: Mapping[str, str], *, source: str = "<memory>",
         overrides=OverridesSpec(default_secs=ov.default_secs, max_secs=ov.max_secs),
         ledger=LedgerSpec(path=raw.ledger.path,
                           decision_retention_days=raw.ledger.decision_retention_days)
-        if raw.ledger else None,
+        if raw.ledger else (LedgerSpec() if store is not None and store.backend != "memory"
+                            else None),
+        store=store,
         clients=ClientsSpec(keep_billing_header=raw.clients.keep_billing_header,
                             forward_user=raw.clients.forward_user),
         server=ServerSpec(**raw.server.model_dump()),
@@ -110,6 +114,38 @@ def resolve(raw: RawConfig, env: Mapping[str, str], *, source: str = "<memory>",
         public=public_document(raw.model_dump(mode="json", by_alias=True, exclude_none=True),
                                routes),
         source=source, digest=digest, warnings=tuple(warned), includes=includes)
+
+
+def _store(raw: RawConfig, errors: list[str]) -> StoreSpec | None:
+    """``[store]`` resolved: the backend (default from ``[ledger]``), and for DynamoDB
+    both tables; the endpoint URL is an http(s) URL without credentials, query or
+    fragment (it is shown by ``GET /v1/config``)."""
+    st = raw.store
+    if st is None:
+        return None
+    backend = st.backend or ("sqlite" if raw.ledger else "memory")
+    if backend == "dynamodb":
+        for name in ("state_table", "ledger_table"):
+            if getattr(st, name) is None:
+                errors.append(f"{path('store', name)}: required when backend = "
+                              '"dynamodb" (the template\'s stack outputs StateTableName '
+                              "and LedgerTableName name them)")
+    else:
+        for name in ("state_table", "ledger_table", "region", "endpoint_url"):
+            if getattr(st, name) is not None:
+                errors.append(f"{path('store', name)}: only for backend = \"dynamodb\" "
+                              f"(this one is {backend!r})")
+    if st.endpoint_url is not None:
+        url = urlsplit(st.endpoint_url)
+        if (url.scheme not in ("http", "https") or not url.hostname or url.username
+                or url.password or url.query or url.fragment):
+            errors.append(f"{path('store', 'endpoint_url')}: an http:// or https:// URL "
+                          "of a DynamoDB-compatible endpoint, without credentials, query "
+                          "or fragment (credentials come from the AWS credential chain)")
+    return StoreSpec(backend=backend, state_table=st.state_table,
+                     ledger_table=st.ledger_table, region=st.region,
+                     endpoint_url=st.endpoint_url, stats_flush_secs=st.stats_flush_secs,
+                     batch_ms=st.batch_ms)
 
 
 MAX_NAME_CHARS = 256

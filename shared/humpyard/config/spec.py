@@ -77,6 +77,21 @@ class LedgerSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class StoreSpec:
+    """``[store]``: the backend (``sqlite``, ``memory`` or ``dynamodb``) and, for
+    DynamoDB, its tables, region, endpoint and write cadence (``humpyard.fleet``).
+    No credentials: they come from the standard AWS chain, never from the file."""
+
+    backend: str = "memory"
+    state_table: str | None = None
+    ledger_table: str | None = None
+    region: str | None = None
+    endpoint_url: str | None = None
+    stats_flush_secs: float = 60
+    batch_ms: float = 500
+
+
+@dataclass(frozen=True, slots=True)
 class ClientsSpec:
     """``[clients]``: what of a client's request reaches the upstream (docs/clients.md).
 
@@ -318,6 +333,7 @@ class Config:
     router: RouterSpec = field(default_factory=RouterSpec)
     overrides: OverridesSpec = field(default_factory=OverridesSpec)
     ledger: LedgerSpec | None = None
+    store: StoreSpec | None = None  # None: [ledger] decides (SQLite, or memory without it)
     clients: ClientsSpec = field(default_factory=ClientsSpec)
     server: ServerSpec = field(default_factory=ServerSpec)
     quota_poll_secs: float = 60

@@ -78,6 +78,18 @@ def dynamodb_store(tmp_path: Path, clock: FakeClock) -> Iterator[DynamoDBStore]:
             store.close()
 
 
+@contextmanager
+def batched_dynamodb_store(tmp_path: Path, clock: FakeClock) -> Iterator[DynamoDBStore]:
+    """An empty ``BatchedDynamoDBStore`` (``humpyard serve`` on DynamoDB) on moto."""
+    from humpyard.store.dynamodb_batched import BatchedDynamoDBStore
+    with moto_tables() as client:
+        store = BatchedDynamoDBStore(STATE, LEDGER, clock=clock, client=client)
+        try:
+            yield store
+        finally:
+            store.close()
+
+
 class Recorder:
     """A boto3 client proxy that records every API call as ``(operation, kwargs)``."""
 

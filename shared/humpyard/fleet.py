@@ -1,0 +1,260 @@
+"""``[store]`` for ``humpyard serve``: the store it names, and on DynamoDB a gateway that
+shares its state with every other process (and Lambda instance) on the same tables.
+
+``open_configured_store(config, clock)`` opens what ``[store] backend`` says:
+``memory`` (nothing kept across restarts, no overrides), ``sqlite`` (the file
+``[ledger] path`` names) or ``dynamodb`` (``state_table`` and
+``ledger_table``, through ``BatchedDynamoDBStore``: the Lambda functions' store
+code with decisions put 25 to a call). Without ``[store]`` the gateway opens
+what ``[ledger]`` says, as before.
+
+``serve_gateway(config)`` builds the gateway of one ``serve`` process. On
+DynamoDB it is wired as ``aws/build.py`` wires a Lambda instance (one
+``SharedState`` read for breakers, overrides, spend and latency;
+``SharedHealth`` with the probe lease as a conditional write; ``SharedLatency``)
+with the differences a long-lived process allows: the ``BackgroundWriter``
+gathers decisions for ``[store] batch_ms`` and writes them in batches (a
+Lambda instance flushes before each last byte because it may be frozen; a
+process is not), and ``Served.run`` keeps the shared view fresh and writes
+latency samples from worker threads, so the event loop never waits on
+DynamoDB for them. The DynamoDB client comes from botocore with the standard
+credential chain (environment, profile, SSO, container or instance role);
+no credential is ever read from the file, logged or shown.
+
+``tables_from_stack(name, region)`` reads the two table names from a deployed
+stack's outputs (``StateTableName``, ``LedgerTableName``): ``humpyard console
+--stack`` runs the admin API and the console locally against an AWS
+deployment (docs/deploy.md, "The console for an AWS deployment").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib.util
+import logging
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from humpyard.clock import Clock, SystemClock
+from humpyard.config.spec import Config, LedgerSpec, StoreSpec
+from humpyard.errors import ConfigError, StoreError
+from humpyard.gateway import Gateway, health_settings
+from humpyard.store import MemoryStore, Store, open_store
+
+if TYPE_CHECKING:
+    import httpx
+
+    from humpyard.latency_shared import SharedLatency
+    from humpyard.shared_state import SharedState
+    from humpyard.store.dynamodb_batched import BatchedDynamoDBStore
+
+log = logging.getLogger("humpyard.fleet")
+
+LATENCY_FLUSH_SECS = 30.0
+"""How often a process writes its latency samples (the buckets are a minute wide), as a
+Lambda instance does (``aws/build.py``)."""
+TICK_SECS = 1.0
+"""How often ``Served.run`` checks whether latency samples are due."""
+NEEDS_AWS = 'store.backend: "dynamodb" needs botocore: install humpyard[aws]'
+
+
+def backend_of(config: Config) -> str:
+    """The store backend ``config`` asks for: ``[store] backend``, else from ``[ledger]``."""
+    if config.store is not None:
+        return config.store.backend
+    return "sqlite" if config.ledger is not None else "memory"
+
+
+def check_backend(config: Config) -> None:
+    """``ConfigError`` when the backend needs what is not installed (botocore)."""
+    if backend_of(config) == "dynamodb" and importlib.util.find_spec("botocore") is None:
+        raise ConfigError(NEEDS_AWS)
+
+
+def dynamodb_client(spec: StoreSpec) -> Any:
+    """A botocore DynamoDB client for ``[store]``: its region and endpoint, the standard
+    credential chain, botocore's retries off (the store retries through its clock).
+
+    ``ConfigError`` naming the field when no region is known or no credentials are
+    found (their values never appear in a message)."""
+    if importlib.util.find_spec("botocore") is None:
+        raise ConfigError(NEEDS_AWS)
+    from botocore.config import Config as BotoConfig
+    from botocore.exceptions import NoRegionError
+
+    from humpyard.aws.clients import session
+    kwargs: dict[str, Any] = {}
+    if spec.region:
+        kwargs["region_name"] = spec.region
+    if spec.endpoint_url:
+        kwargs["endpoint_url"] = spec.endpoint_url
+    try:
+        client = session().create_client("dynamodb", config=BotoConfig(
+            retries={"total_max_attempts": 1}, connect_timeout=2, read_timeout=5), **kwargs)
+    except NoRegionError:
+        raise ConfigError("store.region: not set, and the AWS environment names no region "
+                          "(AWS_REGION, AWS_DEFAULT_REGION or a profile's region)") from None
+    if session().get_credentials() is None:
+        raise ConfigError('store.backend: "dynamodb" found no AWS credentials in the standard '
+                          "chain (environment, AWS_PROFILE, SSO, container or instance role)")
+    return client
+
+
+def open_configured_store(config: Config, clock: Clock, *, dynamodb: Any = None) -> Store:
+    """The store ``[store]`` names (see the module docstring); ``dynamodb`` is the seam for
+    a client made elsewhere (tests)."""
+    backend = backend_of(config)
+    if backend == "memory":
+        return MemoryStore(ledger=False)
+    if backend == "sqlite":
+        return open_store((config.ledger or LedgerSpec()).path, clock)
+    return _dynamodb_store(config, clock, dynamodb)
+
+
+def _dynamodb_store(config: Config, clock: Clock, dynamodb: Any) -> BatchedDynamoDBStore:
+    from humpyard.store.dynamodb_batched import BatchedDynamoDBStore
+    spec = config.store
+    assert spec is not None and spec.state_table and spec.ledger_table
+    client = dynamodb if dynamodb is not None else dynamodb_client(spec)
+    retention = (config.ledger or LedgerSpec()).decision_retention_days
+    store = BatchedDynamoDBStore(spec.state_table, spec.ledger_table, clock=clock,
+                                 client=client, retention_days=retention,
+                                 stats_flush_secs=spec.stats_flush_secs)
+    _check_tables(store, spec)
+    return store
+
+
+def _check_tables(store: BatchedDynamoDBStore, spec: StoreSpec) -> None:
+    """One read of the state table: a table that does not exist (a wrong name or region)
+    refuses the start; any other failure is logged and left to the store's retries."""
+    from botocore.exceptions import ClientError
+    try:
+        store.ping()
+    except StoreError as exc:
+        cause = exc.__cause__
+        if (isinstance(cause, ClientError) and cause.response.get("Error", {}).get("Code")
+                == "ResourceNotFoundException"):
+            raise ConfigError(f"store.state_table: no table {spec.state_table!r} in region "
+                              f"{store._client.meta.region_name}"
+                              f"{' at ' + spec.endpoint_url if spec.endpoint_url else ''} "
+                              "(humpyard store create-tables makes both)") from None
+        log.warning("the state table did not answer at start; serving anyway: %s", exc)
+
+
+@dataclass
+class Served:
+    """The gateway of one ``serve`` process and, on DynamoDB, its shared-state parts."""
+
+    gateway: Gateway
+    state: SharedState | None = None
+    latency: SharedLatency | None = None
+    closing: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Until cancelled (or ``stop``): keep the shared view fresh and write latency
+        samples when due, each in a worker thread; nothing to do off DynamoDB."""
+        state, latency = self.state, self.latency
+        if state is None or latency is None:
+            return
+        waited = 0.0
+        while not self.closing.is_set() and (stop is None or not stop.is_set()):
+            refresh = max(0.05, state.refresh_secs * 0.4)  # before AHEAD: reads stay off the loop
+            try:
+                await asyncio.to_thread(state.current, ahead=True)
+                if waited >= TICK_SECS:
+                    waited = 0.0
+                    await asyncio.to_thread(latency.flush_due)
+            except Exception:  # noqa: BLE001 - the gateway keeps serving on the last view
+                log.exception("shared state upkeep failed")
+            await asyncio.sleep(refresh)
+            waited += refresh
+
+
+def serve_gateway(config: Config, *, clock: Clock | None = None,
+                  transport: httpx.AsyncBaseTransport | None = None,
+                  dynamodb: Any = None) -> Served | None:
+    """The gateway ``humpyard serve`` runs on ``config``'s ``[store]``; None without a
+    ``[store]`` section (the gateway opens ``[ledger]``'s store itself, as before)."""
+    if config.store is None:
+        return None
+    clock = clock or SystemClock()
+    if backend_of(config) != "dynamodb":
+        return Served(Gateway(config, open_configured_store(config, clock), clock=clock,
+                              transport=transport))
+    from humpyard.health.shared import SharedHealth
+    from humpyard.latency_shared import SharedLatency
+    from humpyard.shared_state import state_for
+    from humpyard.store.writer import BackgroundWriter
+
+    spec = config.store
+    store = _dynamodb_store(config, clock, dynamodb)
+    refresh = config.state_refresh_ms / 1000
+    shared = state_for(store, clock)  # the gateway's snapshot finds the same one
+    assert shared is not None
+    shared.refresh_secs = refresh
+    health = SharedHealth(store, health_settings(config), clock, refresh, state=shared)
+    latency = SharedLatency(store, clock, flush_secs=LATENCY_FLUSH_SECS,
+                            refresh_secs=max(refresh, LATENCY_FLUSH_SECS), auto_flush=False,
+                            state=shared)
+    writer = BackgroundWriter(store, clock=clock, linger_secs=spec.batch_ms / 1000)
+    gw = Gateway(config, store, transport=transport, clock=clock, health=health,
+                 latency=latency, writer=writer)
+    store.on_conflict = gw.metrics.transaction_conflicts.inc
+    served = Served(gw, shared, latency)
+    store.before_close.append(served.closing.set)  # no more upkeep reads
+    store.before_close.append(latency.flush)  # the gateway closes the store last
+    log.info("store: DynamoDB tables %s and %s (region %s%s)", spec.state_table,
+             spec.ledger_table, store._client.meta.region_name,
+             f", endpoint {spec.endpoint_url}" if spec.endpoint_url else "")
+    return served
+
+
+def with_store(config: Config, store: StoreSpec) -> Config:
+    """``config`` on another ``[store]`` (the console's ``--stack``: its tables), with a
+    ``[ledger]`` for the retention when it has none. What ``store`` leaves unset (region,
+    endpoint) comes from the file's own DynamoDB ``[store]``, and so does the cadence."""
+    own = config.store
+    if own is not None and own.backend == "dynamodb":
+        store = dataclasses.replace(own, state_table=store.state_table,
+                                    ledger_table=store.ledger_table,
+                                    region=store.region or own.region,
+                                    endpoint_url=store.endpoint_url or own.endpoint_url)
+    return dataclasses.replace(config, store=store, ledger=config.ledger or LedgerSpec())
+
+
+STACK_OUTPUTS = ("StateTableName", "LedgerTableName")
+"""The outputs of ``template.yaml`` that name the two tables."""
+
+
+def tables_from_stack(stack: str, *, region: str | None = None,
+                      endpoint_url: str | None = None, cloudformation: Any = None
+                      ) -> tuple[str, str]:
+    """(state table, ledger table) from the outputs of the CloudFormation stack ``stack``
+    (one ``DescribeStacks``); ``ConfigError`` when the stack or an output is missing."""
+    if cloudformation is None:
+        if importlib.util.find_spec("botocore") is None:
+            raise ConfigError("--stack needs botocore: install humpyard[aws]")
+        from humpyard.aws.clients import client
+        kwargs: dict[str, Any] = {}
+        if region:
+            kwargs["region_name"] = region
+        if endpoint_url:
+            kwargs["endpoint_url"] = endpoint_url
+        cloudformation = client("cloudformation", **kwargs)
+    from botocore.exceptions import BotoCoreError, ClientError
+    try:
+        stacks = cloudformation.describe_stacks(StackName=stack).get("Stacks", [])
+    except ClientError as exc:
+        raise ConfigError(f"--stack {stack}: {exc.response.get('Error', {}).get('Code')}: "
+                          f"{exc.response.get('Error', {}).get('Message')}") from None
+    except BotoCoreError as exc:
+        raise ConfigError(f"--stack {stack}: {type(exc).__name__}") from None
+    outputs = {o.get("OutputKey"): o.get("OutputValue")
+               for s in stacks[:1] for o in s.get("Outputs", [])}
+    missing = [name for name in STACK_OUTPUTS if not outputs.get(name)]
+    if missing:
+        raise ConfigError(f"--stack {stack}: the stack has no output {', '.join(missing)} "
+                          "(template.yaml declares both)")
+    return str(outputs[STACK_OUTPUTS[0]]), str(outputs[STACK_OUTPUTS[1]])
