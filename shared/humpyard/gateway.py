@@ -26,7 +26,9 @@ from humpyard.health.book import HealthBook
 from humpyard.health.breaker import ENDPOINT_STATES, HealthSettings
 from humpyard.health.pacing import Pacing
 from humpyard.health.readiness import ReadinessProber
+from humpyard.health.shared import SharedHealth
 from humpyard.latency import LatencyBook, LocalLatency
+from humpyard.latency_shared import SharedLatency
 from humpyard.ledger.periods import period_key
 from humpyard.ledger.sampling import RateSampler
 from humpyard.metrics import GatewayMetrics, Metrics
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("humpyard.gateway")
 RETENTION_EVERY_SECS = 3600.0
 OVERRIDE_SWEEP_SECS = 30.0  # the longest wait between override-expiry sweeps
+LATENCY_FLUSH_SECS = 5.0  # shared latency samples are written at most this often
 
 
 def health_settings(config: Config) -> HealthSettings:
@@ -83,7 +86,8 @@ class Gateway:
         self.store = store if store is not None else open_store(
             config.ledger.path if config.ledger else None, self.clock)
         self.writer = writer or writer_for(self.store)
-        self.health = health or HealthBook(health_settings(config))
+        self.health = health or self._shared_health(config) or HealthBook(
+            health_settings(config))
         self.metrics = GatewayMetrics(Metrics())
         self.client = UpstreamClient(transport, metrics=self.metrics)
         self.client.configure(config)
@@ -92,7 +96,7 @@ class Gateway:
                                          config.router.probe_interval_secs,
                                          config.router.probe_timeout_secs)
         self.policy = policy
-        self.latency_book: LatencyBook = latency or LocalLatency()
+        self.latency_book: LatencyBook = latency or self._shared_latency(config) or LocalLatency()
         self.route_rngs: dict[str, random.Random] = {}
         self._lock = threading.Lock()
         self._cached: _Cached | None = None
@@ -115,11 +119,44 @@ class Gateway:
                                   and getattr(self.store, "kind", None) != "memory")
         if self._state_off_thread:
             self._load_state(self.clock.now())
+        self._counted: dict[str, tuple[str, float]] = {}  # key id -> (period, usd added here)
+        source = self._shared_source()
+        if source is not None and source.stale_ok:
+            source.current()  # the first read, before serving (later ones off the loop)
         self.allowance = Allowance()  # budget reservations and per-key limits in flight
         self.provider_tpm = _provider_tpm(config)  # some provider has a tpm_limit (pacing)
         self.executor = Executor(self.client, self.health, self.readiness, self.clock,
                                  self.rng, on_latency=self._on_latency, on_event=self._on_event)
         self.pacing = self.executor.pacing = Pacing()  # upstreams' rate-limit headers
+
+    def _shared_health(self, config: Config) -> SharedHealth | None:
+        """Breakers in the store when it shares them (several processes on one file,
+        or DynamoDB): a probe lease is a compare-and-set there."""
+        if not getattr(self.store, "shares_live", False):
+            return None
+        source = self._shared_source()
+        refresh = config.state_refresh_ms / 1000
+        return SharedHealth(self.store, health_settings(config), self.clock, refresh,
+                            state=source)
+
+    def _shared_latency(self, config: Config) -> SharedLatency | None:
+        """Latency figures in the store when it shares them; flushed by the background
+        work (``flush_latency``), never by a request."""
+        if not getattr(self.store, "shares_live", False):
+            return None
+        refresh = config.state_refresh_ms / 1000
+        return SharedLatency(self.store, self.clock, flush_secs=LATENCY_FLUSH_SECS,
+                             refresh_secs=max(refresh, LATENCY_FLUSH_SECS), auto_flush=False,
+                             state=self._shared_source())
+
+    def flush_latency(self, *, force: bool = False) -> None:
+        """Write pending shared latency samples (when due, or now). Blocking: off the loop."""
+        book = self.latency_book
+        if isinstance(book, SharedLatency):
+            if force:
+                book.flush()
+            else:
+                book.flush_due()
 
     def _http(self) -> httpx.AsyncClient:
         return self.client.http  # built on first use: probes and quota polls only
@@ -162,6 +199,8 @@ class Gateway:
         """Background work of a long-lived process: quota polling, retention, and
         recording override expiries as they happen."""
         jobs = [self._retention(stop), self._sweep_overrides(stop)]
+        if isinstance(self.latency_book, SharedLatency):
+            jobs.append(self._flush_latency(stop))
         if self.quota.providers():
             jobs.append(self.quota.run(stop))
         await asyncio.gather(*jobs)
@@ -207,6 +246,15 @@ class Gateway:
                 await _first_of(stop, wake, timeout=wait)
         finally:
             self._wake_sweep = None
+
+    async def _flush_latency(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await asyncio.to_thread(self.flush_latency)
+            except Exception:  # noqa: BLE001 - a flush must never stop the gateway
+                log.exception("latency flush failed")
+            await _first_of(stop, timeout=LATENCY_FLUSH_SECS / 5)
+        await asyncio.to_thread(self.flush_latency, force=True)
 
     def purge_expired(self) -> int:
         """Delete ledger rows older than ``decision_retention_days``; returns decisions removed."""
@@ -306,8 +354,11 @@ class Gateway:
     def reload_state(self) -> None:
         """Re-read overrides and spend from the store now. Blocking: call off the loop
         (the override handlers do, so that the next request sees their change)."""
-        if self._shared_source() is None:
+        source = self._shared_source()
+        if source is None:
             self._load_state(self.clock.now())
+        else:
+            source.current()
 
     def _load_state(self, now: float) -> _Cached:
         """Read overrides and spend from the store and make them the cached state."""
@@ -353,8 +404,14 @@ class Gateway:
             marked = (view.overrides, self._config, mark_stale(view.overrides, self._config))
             self._marked = marked
         active = tuple(o for o in marked[2] if o.expires_at > now)
-        return _Cached(taken_at=now, overrides=active, spend=source.spend(view, periods),
-                       periods=periods)
+        spend = source.spend(view, periods)
+        for key_id, period in periods.items():
+            # What this process added may not be written yet (the background writer):
+            # the store's total is never taken below it.
+            mine = self._counted.get(key_id)
+            if mine is not None and mine[0] == period and mine[1] > spend[key_id]:
+                spend[key_id] = mine[1]
+        return _Cached(taken_at=now, overrides=active, spend=spend, periods=periods)
 
     def snapshot(self, now: float | None = None) -> StateSnapshot:
         """Health, latency, overrides and spend as the planner sees them now."""
@@ -381,6 +438,10 @@ class Gateway:
         source = self._shared_source()
         if source is not None:
             source.note_spend(key_id, period, usd)
+            with self._lock:
+                before = self._counted.get(key_id)
+                total = before[1] if before is not None and before[0] == period else 0.0
+                self._counted[key_id] = (period, total + usd)
         with self._lock:
             cached = self._cached
             if cached is not None and cached.periods.get(key_id, period) == period:

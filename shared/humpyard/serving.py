@@ -142,7 +142,7 @@ def notifying_server(config: Any, on_ready: Callable[[], None] | None, *,
 
 async def serve(config_path: str, host: str, port: int, *, sock: socket.socket | None = None,
                 on_ready: Callable[[], None] | None = None,
-                stop: asyncio.Event | None = None) -> None:
+                stop: asyncio.Event | None = None, worker_fd: int | None = None) -> None:
     """Serve the gateway on ``config_path`` at ``host:port`` until SIGINT or SIGTERM;
     SIGHUP and ``reload_poll_secs`` reload the file. ``ConfigError`` if the file is
     invalid at start.
@@ -154,7 +154,11 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     ``serve`` owns them: the first stops it gracefully (the lifespan closes the
     ledger writer, the log is drained) and ``serve`` returns, so the process exits
     0 rather than by the signal; a second one stops it without waiting for open
-    requests."""
+    requests.
+
+    ``worker_fd`` (a worker of ``serve --workers N``, ``workers.py``): serve the
+    listening socket the parent passed at that descriptor, on the state file shared
+    with the other workers, and stop when the parent is gone."""
     import uvicorn
 
     from humpyard import telemetry
@@ -171,7 +175,11 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     cfg = load_config(config_path)
     for w in cfg.warnings:
         log.warning("%s", w)
-    app = create_app(cfg)
+    if worker_fd is not None:
+        sock = socket.socket(fileno=worker_fd)
+        app = create_app(cfg, _shared_store(cfg))
+    else:
+        app = create_app(cfg)
     gw = app.state.gateway
     gw.spans = telemetry.from_environ(os.environ)  # None unless OTEL_* asks for traces
     reloader = Reloader(config_path, lambda: gw.config, gw.swap_config)
@@ -195,6 +203,8 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     tasks.append(asyncio.create_task(guard.sweep()))
     if cfg.reload_poll_secs > 0:
         tasks.append(asyncio.create_task(_poll_config(reloader, gw)))
+    if worker_fd is not None:
+        tasks.append(asyncio.create_task(_stop_when_orphaned(os.getppid(), stop)))
     log.info("humpyard serving on http://%s:%d (config %s; at most %d client connections)",
              host, port, config_path, guard.cap())
     # What exists now lives as long as the process: keep it out of the collector's
@@ -255,6 +265,20 @@ def _drain_logs() -> None:
 async def _exit_on(stop: asyncio.Event, server: Any) -> None:
     await stop.wait()
     server.should_exit = True
+
+
+def _shared_store(cfg: Any) -> Any:
+    from humpyard.clock import SystemClock
+    from humpyard.store import open_store
+    return open_store(cfg.ledger.path if cfg.ledger else None, SystemClock(), shared=True)
+
+
+async def _stop_when_orphaned(parent: int, stop: asyncio.Event) -> None:
+    """A worker stops (gracefully) once the process that started it is gone."""
+    while os.getppid() == parent:
+        await asyncio.sleep(1.0)
+    log.warning("the parent process is gone; this worker stops")
+    stop.set()
 
 
 async def _poll_config(reloader: object, gw: object) -> None:
