@@ -201,6 +201,9 @@ class Gateway:
         jobs = [self._retention(stop), self._sweep_overrides(stop)]
         if isinstance(self.latency_book, SharedLatency):
             jobs.append(self._flush_latency(stop))
+        source = self._shared_source()
+        if source is not None and source.stale_ok:
+            jobs.append(self._refresh_state(source, stop))
         if self.quota.providers():
             jobs.append(self.quota.run(stop))
         await asyncio.gather(*jobs)
@@ -255,6 +258,16 @@ class Gateway:
                 log.exception("latency flush failed")
             await _first_of(stop, timeout=LATENCY_FLUSH_SECS / 5)
         await asyncio.to_thread(self.flush_latency, force=True)
+
+    async def _refresh_state(self, source: SharedState, stop: asyncio.Event) -> None:
+        """Re-read the shared state every half ``state_refresh_ms`` in a thread, so a
+        request never waits for a read and an idle process's view is never older."""
+        while not stop.is_set():
+            try:
+                await asyncio.to_thread(source.refresh)
+            except Exception:  # noqa: BLE001 - SharedState logs a failed read itself
+                log.exception("shared state refresh failed")
+            await _first_of(stop, timeout=max(0.01, self._config.state_refresh_ms / 2000))
 
     def purge_expired(self) -> int:
         """Delete ledger rows older than ``decision_retention_days``; returns decisions removed."""

@@ -195,6 +195,19 @@ class SharedState:
                 inflight.wait()
         return self._view or SharedView()
 
+    def refresh(self) -> SharedView:
+        """Read now (or join the read in flight) and return the view. Blocking: for the
+        background refresh of a store whose views are served stale (``stale_ok``)."""
+        with self._lock:
+            inflight = self._inflight
+            if inflight is None:
+                read = self._reader(self._clock.monotonic())
+        if inflight is None:
+            read()
+        else:
+            inflight.wait()
+        return self._view or SharedView()
+
     def spend(self, view: SharedView, periods: Mapping[str, str]) -> dict[str, float]:
         """Per key: the total ``view`` read for its period, plus what this instance added
         since that read began."""
