@@ -257,11 +257,15 @@ def _paced_md(results: dict[str, Any]) -> list[str]:
     for key, row in paced.items():
         if not key.startswith("c") or not isinstance(row, dict):
             continue
-        for who in ("direct", "humpyard"):
-            d = row[who]
-            lines.append(f"| {d['streams']} | {who} | {_f(d['streams_per_s'], 1)} | "
+        for who in ("direct", "humpyard", "humpyard_w2"):
+            d = row.get(who)
+            if d is None:
+                continue
+            added = row.get("added_pct_mean" if who == "humpyard" else f"added_pct_mean_{who}")
+            label = "humpyard --workers 2" if who == "humpyard_w2" else who
+            lines.append(f"| {d['streams']} | {label} | {_f(d['streams_per_s'], 1)} | "
                          f"{_f(d['p50_ms'])} | {_f(d['p99_ms'])} | {_f(d['mean_ms'])} | "
-                         f"{_f(row['added_pct_mean'], 1) + ' %' if who != 'direct' else '–'} | "
+                         f"{_f(added, 1) + ' %' if who != 'direct' else '–'} | "
                          f"{_f(d.get('gateway_cpu_share'), 2)} | "
                          f"{_f(d.get('gateway_runqueue_wait_share'), 2)} | {d['errors']} |")
     return lines
