@@ -66,7 +66,8 @@ class Gateway:
                  clock: Clock | None = None, rng: random.Random | None = None,
                  policy: RoutingPolicy | None = None, health: Any = None,
                  latency: LatencyBook | None = None,
-                 writer: BackgroundWriter | InlineWriter | None = None):
+                 writer: BackgroundWriter | InlineWriter | None = None,
+                 latency_flush_secs: float = LATENCY_FLUSH_SECS):
         self.clock = clock or SystemClock()
         self.rng = rng or random.Random()
         self._config = config
@@ -83,7 +84,8 @@ class Gateway:
                                          config.router.probe_interval_secs,
                                          config.router.probe_timeout_secs)
         self.policy = policy
-        self.latency_book: LatencyBook = latency or self._shared_latency(config) or LocalLatency()
+        self.latency_book: LatencyBook = (
+            latency or self._shared_latency(config, latency_flush_secs) or LocalLatency())
         self.route_rngs: dict[str, random.Random] = {}
         self.quota = QuotaPoller(config, self.store, self.clock, self._http,
                                  metrics=self.metrics, cost_since=self._provider_cost_since)
@@ -118,14 +120,15 @@ class Gateway:
         return SharedHealth(self.store, health_settings(config), self.clock, refresh,
                             state=state_for(self.store, self.clock))
 
-    def _shared_latency(self, config: Config) -> SharedLatency | None:
-        """Latency figures in the store when it shares them; written by the background
-        work (``background.py``), never by a request."""
+    def _shared_latency(self, config: Config, flush_secs: float) -> SharedLatency | None:
+        """Latency figures in the store when it shares them, written every ``flush_secs``
+        by the background work (``background.py``; in Lambda before a request's last
+        byte, ``aws/flush.py``), never while a request is served."""
         if not getattr(self.store, "shares_live", False):
             return None
         refresh = config.state_refresh_ms / 1000
-        return SharedLatency(self.store, self.clock, flush_secs=LATENCY_FLUSH_SECS,
-                             refresh_secs=max(refresh, LATENCY_FLUSH_SECS), auto_flush=False,
+        return SharedLatency(self.store, self.clock, flush_secs=flush_secs,
+                             refresh_secs=max(refresh, flush_secs), auto_flush=False,
                              state=state_for(self.store, self.clock))
 
     def _http(self) -> httpx.AsyncClient:
