@@ -178,14 +178,15 @@ def _sched(pid: int | str) -> tuple[float, float]:
     return int(run) / 1e9, int(wait) / 1e9
 
 
-GATEWAYS = (("humpyard", 1), ("humpyard_w2", 2))
-"""The rows through the gateway: one process (no ledger), and ``--workers 2`` (which shares
-one SQLite file), every process pinned to the gateway's core: the second row says what
-sharing costs per stream, not how far two cores go."""
+GATEWAYS = (("humpyard", 1, False), ("humpyard_ledger", 1, True), ("humpyard_w2", 2, True))
+"""The rows through the gateway: one process without and with the SQLite ledger, and
+``--workers 2`` (which needs the ledger: the file is what the workers share), every
+process pinned to the gateway's core. ``humpyard_w2`` against ``humpyard_ledger`` says
+what sharing costs per stream, not how far two cores go."""
 
 
 def measure(counts: list[int], seconds: float, tmp: Path,
-            gateways: tuple[tuple[str, int], ...] = GATEWAYS) -> dict[str, Any]:
+            gateways: tuple[tuple[str, int, bool], ...] = GATEWAYS) -> dict[str, Any]:
     """Direct and through ``humpyard serve`` (no ledger; and ``--workers 2``) for each count."""
     import targets as tg
     from procs import GATEWAY_CPU, LOAD_CPU, free_port, pin, start, stop, wait_http
@@ -197,9 +198,9 @@ def measure(counts: list[int], seconds: float, tmp: Path,
                tmp / "paced.log")
     try:
         wait_http(up_port, "/health", up, 30)
-        for who, workers in gateways:
+        for who, workers, ledger in gateways:
             gw_port = free_port()
-            t = tg.humpyard(tmp, up_port, gw_port, ledger=False, workers=workers)
+            t = tg.humpyard(tmp, up_port, gw_port, ledger=ledger, workers=workers)
             assert t.cmd is not None
             gw = start(f"{who}-paced", pin(t.cmd, GATEWAY_CPU), tmp / f"{who}-paced.log")
             try:
@@ -251,16 +252,16 @@ def main() -> int:
     p.add_argument("--serve", type=int, help="serve the paced upstream on this port")
     p.add_argument("--streams", default="1000,2000")
     p.add_argument("--seconds", type=float, default=8.0)
-    p.add_argument("--workers", default="1,2",
-                   help="the gateway rows: 1 (one process), 2 (--workers 2), or both")
+    p.add_argument("--rows", default="humpyard,humpyard_ledger,humpyard_w2",
+                   help="the gateway rows to run (names from GATEWAYS)")
     a = p.parse_args()
     if a.serve:
         serve(a.serve)
         return 0
     with tempfile.TemporaryDirectory(prefix="humpyard-paced-") as tmp:
-        chosen = {int(x) for x in a.workers.split(",")}
+        chosen = set(a.rows.split(","))
         res = measure([int(x) for x in a.streams.split(",")], a.seconds, Path(tmp),
-                      tuple(g for g in GATEWAYS if g[1] in chosen))
+                      tuple(g for g in GATEWAYS if g[0] in chosen))
     print(json.dumps(res, indent=2))
     return 0
 
