@@ -5,6 +5,14 @@ requests. It owns the upstream client, endpoint health, readiness probes,
 latency figures, the store and its background writer, and the metrics. The
 configuration can be swapped atomically (``swap_config``); a request keeps the
 ``Config`` object it started with.
+
+Two parts have their own modules: ``state`` (``state_view.StateView``), the
+snapshot the planner plans on and the spend a request adds, and
+``background`` (``background.Background``), the work between requests.
+For a store that shares breakers and latency (``shares_live``: DynamoDB,
+the SQLite file of ``serve --workers N``) the Gateway builds
+``SharedHealth`` and ``SharedLatency`` on the store's one ``SharedState``
+itself; otherwise both live in this process's memory.
 """
 
 from __future__ import annotations
