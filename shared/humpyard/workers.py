@@ -39,7 +39,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from humpyard.errors import ConfigError
+from humpyard.errors import ConfigError, HumpyardError
 
 log = logging.getLogger("humpyard.workers")
 
@@ -137,7 +137,9 @@ class Supervisor:
     def _start(self, w: _Worker) -> None:
         assert self.sock is not None
         fd = self.sock.fileno()
-        w.proc = subprocess.Popen(self._command(fd), pass_fds=(fd,))
+        # A session of its own: a terminal's Ctrl-C reaches the parent only, which
+        # then stops each worker once (a second signal would cut its drain short).
+        w.proc = subprocess.Popen(self._command(fd), pass_fds=(fd,), start_new_session=True)
         w.started = time.monotonic()
         log.info("worker %d started pid=%d", w.index, w.proc.pid,
                  extra={"worker": w.index, "pid": w.proc.pid})
@@ -146,11 +148,11 @@ class Supervisor:
         """Serve until SIGTERM or SIGINT; 0 then, 1 when the configuration is bad."""
         try:
             check_shared_config(self.config_path)
-        except ConfigError as e:
+            reset_live_state(self.config_path)
+            self.sock = listening_socket(self.host, self.port)
+        except (HumpyardError, OSError) as e:  # a bad file, an unwritable ledger, a taken port
             print(e, file=sys.stderr)
             return 1
-        reset_live_state(self.config_path)
-        self.sock = listening_socket(self.host, self.port)
         signal.signal(signal.SIGTERM, self._on_stop)
         signal.signal(signal.SIGINT, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_hup)
