@@ -178,47 +178,41 @@ def _sched(pid: int | str) -> tuple[float, float]:
     return int(run) / 1e9, int(wait) / 1e9
 
 
-def measure(counts: list[int], seconds: float, tmp: Path) -> dict[str, Any]:
-    """Direct and through ``humpyard serve`` (no ledger) for each stream count."""
+GATEWAYS = (("humpyard", 1, False), ("humpyard_ledger", 1, True), ("humpyard_w2", 2, True))
+"""The rows through the gateway: one process without and with the SQLite ledger, and
+``--workers 2`` (which needs the ledger: the file is what the workers share), every
+process pinned to the gateway's core. ``humpyard_w2`` against ``humpyard_ledger`` says
+what sharing costs per stream, not how far two cores go."""
+
+
+def measure(counts: list[int], seconds: float, tmp: Path,
+            gateways: tuple[tuple[str, int, bool], ...] = GATEWAYS) -> dict[str, Any]:
+    """Direct and through ``humpyard serve`` (no ledger; and ``--workers 2``) for each count."""
     import targets as tg
-    from procs import GATEWAY_CPU, LOAD_CPU, cpu_seconds, free_port, pin, start, stop, wait_http
+    from procs import GATEWAY_CPU, LOAD_CPU, free_port, pin, start, stop, wait_http
 
     out: dict[str, Any] = {"interval_ms": INTERVAL * 1000, "events": EVENTS,
                            "direct_answer_ms": round(EVENTS * INTERVAL * 1000)}
     up_port = free_port()
     up = start("paced", pin([sys.executable, __file__, "--serve", str(up_port)], LOAD_CPU),
                tmp / "paced.log")
-    gw_port = free_port()
-    t = tg.humpyard(tmp, up_port, gw_port, ledger=False)
-    assert t.cmd is not None
-    gw = start("humpyard-paced", pin(t.cmd, GATEWAY_CPU), tmp / "humpyard-paced.log")
     try:
         wait_http(up_port, "/health", up, 30)
-        wait_http(gw_port, t.ready_path, gw, 30)
-        for n in counts:
-            direct = load(up_port, n, seconds=seconds)
-            cpu0, t0 = cpu_seconds(gw.pid), time.monotonic()
-            (_, gw_wait0), (_, me_wait0) = _sched(gw.pid), _sched("self")
-            via = load(gw_port, n, seconds=seconds)
-            cpu = cpu_seconds(gw.pid) - cpu0
-            wall = time.monotonic() - t0
-            via["gateway_cpu_share"] = round(cpu / wall, 2)
-            # time ready to run but waiting for a CPU (other processes had it)
-            via["gateway_runqueue_wait_share"] = round((_sched(gw.pid)[1] - gw_wait0) / wall, 2)
-            via["load_client_runqueue_wait_share"] = round((_sched("self")[1] - me_wait0)
-                                                           / wall, 2)
-            if via["completed"]:
-                via["gateway_cpu_us_per_stream"] = round(cpu / via["completed"] * 1e6)
-            added = None
-            if direct["mean_ms"] and via["mean_ms"]:
-                added = round((via["mean_ms"] - direct["mean_ms"]) / direct["mean_ms"] * 100, 1)
-            out[f"c{n}"] = {"direct": direct, "humpyard": via, "added_pct_mean": added}
-            print(f"    paced c{n}: direct {direct['streams_per_s']}/s {direct['mean_ms']} ms; "
-                  f"humpyard {via['streams_per_s']}/s {via['mean_ms']} ms "
-                  f"(+{added}%), gateway CPU {via['gateway_cpu_share']:.0%}, waiting for a "
-                  f"CPU {via['gateway_runqueue_wait_share']:.0%}", flush=True)
+        for who, workers, ledger in gateways:
+            gw_port = free_port()
+            t = tg.humpyard(tmp, up_port, gw_port, ledger=ledger, workers=workers)
+            assert t.cmd is not None
+            gw = start(f"{who}-paced", pin(t.cmd, GATEWAY_CPU), tmp / f"{who}-paced.log")
+            try:
+                wait_http(gw_port, t.ready_path, gw, 30)
+                for n in counts:
+                    row = out.setdefault(f"c{n}", {})
+                    if "direct" not in row:
+                        row["direct"] = load(up_port, n, seconds=seconds)
+                    _through(row, who, workers, gw.pid, gw_port, n, seconds)
+            finally:
+                stop(gw)
     finally:
-        stop(gw)
         stop(up)
     return out
 
@@ -276,6 +270,36 @@ def measure_variants(variants: list[str], streams: int, seconds: float, rounds: 
     return out
 
 
+def _through(row: dict[str, Any], who: str, workers: int, pid: int, port: int, n: int,
+             seconds: float) -> None:
+    """One measured run through the gateway at ``port`` into ``row[who]``."""
+    from procs import cpu_seconds
+    direct = row["direct"]
+    cpu0, t0 = cpu_seconds(pid), time.monotonic()
+    (_, gw_wait0), (_, me_wait0) = _sched(pid), _sched("self")
+    via = load(port, n, seconds=seconds)
+    cpu = cpu_seconds(pid) - cpu0  # the parent and every worker
+    wall = time.monotonic() - t0
+    via["workers"] = workers
+    via["gateway_cpu_share"] = round(cpu / wall, 2)
+    # time ready to run but waiting for a CPU (other processes had it; with several
+    # workers, the parent's, which serves nothing)
+    via["gateway_runqueue_wait_share"] = round((_sched(pid)[1] - gw_wait0) / wall, 2)
+    via["load_client_runqueue_wait_share"] = round((_sched("self")[1] - me_wait0) / wall, 2)
+    if via["completed"]:
+        via["gateway_cpu_us_per_stream"] = round(cpu / via["completed"] * 1e6)
+    added = None
+    if direct["mean_ms"] and via["mean_ms"]:
+        added = round((via["mean_ms"] - direct["mean_ms"]) / direct["mean_ms"] * 100, 1)
+    row[who] = via
+    row["added_pct_mean" if who == "humpyard" else f"added_pct_mean_{who}"] = added
+    print(f"    paced c{n}: direct {direct['streams_per_s']}/s {direct['mean_ms']} ms; "
+          f"{who} {via['streams_per_s']}/s {via['mean_ms']} ms "
+          f"(+{added}%), gateway CPU {via['gateway_cpu_share']:.0%} "
+          f"({via.get('gateway_cpu_us_per_stream')} us/stream), waiting for a "
+          f"CPU {via['gateway_runqueue_wait_share']:.0%}", flush=True)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--serve", type=int, help="serve the paced upstream on this port")
@@ -284,6 +308,8 @@ def main() -> int:
     p.add_argument("--variants", help="compare gateways in one run (ab.py's variants, "
                    "e.g. rev:047106d,rev:worktree); --streams is then one count")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rows", default="humpyard,humpyard_ledger,humpyard_w2",
+                   help="the gateway rows to run (names from GATEWAYS)")
     a = p.parse_args()
     if a.serve:
         serve(a.serve)
@@ -295,7 +321,9 @@ def main() -> int:
         print(json.dumps(res, indent=2))
         return 0
     with tempfile.TemporaryDirectory(prefix="humpyard-paced-") as tmp:
-        res = measure([int(x) for x in a.streams.split(",")], a.seconds, Path(tmp))
+        chosen = set(a.rows.split(","))
+        res = measure([int(x) for x in a.streams.split(",")], a.seconds, Path(tmp),
+                      tuple(g for g in GATEWAYS if g[0] in chosen))
     print(json.dumps(res, indent=2))
     return 0
 

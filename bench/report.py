@@ -253,15 +253,22 @@ def _paced_md(results: dict[str, Any]) -> list[str]:
     lines = ["", f"## Paced streams (a chunk every {paced.get('interval_ms', 200):.0f} ms, "
              f"{paced.get('direct_answer_ms')} ms per answer direct)", "",
              "| streams | server | streams/s | p50 ms | p99 ms | mean ms | added (mean) | "
-             "gateway CPU share | gateway waiting for a CPU | errors |", "|---" * 10 + "|"]
+             "gateway CPU share | gateway CPU µs per stream | gateway waiting for a CPU | "
+             "errors |", "|---" * 11 + "|"]
     for key, row in paced.items():
         if not key.startswith("c") or not isinstance(row, dict):
             continue
-        for who in ("direct", "humpyard"):
-            d = row[who]
-            lines.append(f"| {d['streams']} | {who} | {_f(d['streams_per_s'], 1)} | "
+        for who in ("direct", "humpyard", "humpyard_ledger", "humpyard_w2"):
+            d = row.get(who)
+            if d is None:
+                continue
+            added = row.get("added_pct_mean" if who == "humpyard" else f"added_pct_mean_{who}")
+            label = {"humpyard_w2": "humpyard --workers 2 (SQLite file)",
+                     "humpyard_ledger": "humpyard (SQLite ledger)"}.get(who, who)
+            lines.append(f"| {d['streams']} | {label} | {_f(d['streams_per_s'], 1)} | "
                          f"{_f(d['p50_ms'])} | {_f(d['p99_ms'])} | {_f(d['mean_ms'])} | "
-                         f"{_f(row['added_pct_mean'], 1) + ' %' if who != 'direct' else '–'} | "
+                         f"{_f(added, 1) + ' %' if who != 'direct' else '–'} | "
                          f"{_f(d.get('gateway_cpu_share'), 2)} | "
+                         f"{_f(d.get('gateway_cpu_us_per_stream'), 0)} | "
                          f"{_f(d.get('gateway_runqueue_wait_share'), 2)} | {d['errors']} |")
     return lines

@@ -60,13 +60,20 @@ failure_threshold = 3
     return text
 
 
-def humpyard(tmp: Path, sim_port: int, port: int, *, ledger: bool) -> Target:
+def humpyard(tmp: Path, sim_port: int, port: int, *, ledger: bool, workers: int = 1) -> Target:
+    """``humpyard serve``; ``workers`` > 1 runs ``--workers`` (which needs the ledger file)."""
+    ledger = ledger or workers > 1
     name = "humpyard+ledger" if ledger else "humpyard"
+    if workers > 1:
+        name += f"-w{workers}"
     cfg = tmp / f"{name}.toml"
-    cfg.write_text(humpyard_config(sim_port, tmp / "bench.db" if ledger else None))
+    cfg.write_text(humpyard_config(sim_port, tmp / f"{name}.db" if ledger else None))
     cmd = [str(VENV_BIN / "humpyard"), "serve", "--config", str(cfg), "--host", "127.0.0.1",
            "--port", str(port)]
     label = "humpyard (SQLite ledger)" if ledger else "humpyard (no ledger)"
+    if workers > 1:
+        cmd += ["--workers", str(workers)]
+        label = f"humpyard --workers {workers} (one SQLite file)"
     return Target(name, label, cmd, version=_version("humpyard"))
 
 

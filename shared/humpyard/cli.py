@@ -88,11 +88,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import signal
 
     from humpyard.serving import run_loop, serve
+    from humpyard.workers import Supervisor, worker_count
+    try:
+        workers = worker_count(args.workers)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    if workers > 1 and args.worker_fd is None:
+        return Supervisor(args.config, args.host, args.port, workers,
+                          argv=("--log-level", args.log_level),
+                          serve_args=("--log-format", args.log_format)).run()
     # Until ``serve`` takes SIGINT and SIGTERM over, either one ends the process as
     # Ctrl-C does (exit 0, the log drained at exit) rather than by the signal.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        run_loop(serve(args.config, args.host, args.port))
+        run_loop(serve(args.config, args.host, args.port, worker_fd=args.worker_fd))
     except ConfigError as e:
         print(e, file=sys.stderr)
         return 1
@@ -255,6 +265,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--log-format", default="text", choices=LOG_FORMATS,
                    help="text: one human-readable line per record; json: one JSON object "
                         "per line, the fields of the Lambda log lines (docs/operations.md)")
+    s.add_argument("--workers", default="1", metavar="N",
+                   help="worker processes serving one port and sharing one state file "
+                        "([ledger] path), or auto for one per available core (default 1; "
+                        "docs/operations.md)")
+    s.add_argument("--worker-fd", type=int, default=None, help=argparse.SUPPRESS)
     s.set_defaults(fn=cmd_serve)
     c = sub.add_parser("check", help="validate a configuration file",
                        description="Validate a configuration file and print every problem. "

@@ -9,15 +9,16 @@ code with decisions put 25 to a call). Without ``[store]`` the gateway opens
 what ``[ledger]`` says, as before.
 
 ``serve_gateway(config)`` builds the gateway of one ``serve`` process. On
-DynamoDB it is wired as ``aws/build.py`` wires a Lambda instance (one
+DynamoDB the ``Gateway`` shares its state as a Lambda instance does (one
 ``SharedState`` read for breakers, overrides, spend and latency;
-``SharedHealth`` with the probe lease as a conditional write; ``SharedLatency``)
-with the differences a long-lived process allows: the ``BackgroundWriter``
-gathers decisions for ``[store] batch_ms`` and writes them in batches (a
-Lambda instance flushes before each last byte because it may be frozen; a
-process is not), and ``Served.run`` keeps the shared view fresh and writes
-latency samples from worker threads, so the event loop never waits on
-DynamoDB for them. The DynamoDB client comes from botocore with the standard
+``SharedHealth`` with the probe lease as a conditional write; ``SharedLatency``:
+the gateway builds these for any store that ``shares_live``), with the
+differences a long-lived process allows: the ``BackgroundWriter`` gathers
+decisions for ``[store] batch_ms`` and writes them in batches (a Lambda
+instance flushes before each last byte because it may be frozen; a process is
+not), and the gateway's background work (``background.py``) keeps the shared
+view fresh and writes latency samples from worker threads, so the event loop
+never waits on DynamoDB for them. The DynamoDB client comes from botocore with the standard
 credential chain (environment, profile, SSO, container or instance role);
 no credential is ever read from the file, logged or shown.
 
@@ -29,25 +30,20 @@ deployment (docs/deploy.md, "The console for an AWS deployment").
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import importlib.util
 import logging
-import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from humpyard.clock import Clock, SystemClock
 from humpyard.config.spec import Config, LedgerSpec, StoreSpec
 from humpyard.errors import ConfigError, StoreError
-from humpyard.gateway import Gateway, health_settings
+from humpyard.gateway import Gateway
 from humpyard.store import MemoryStore, Store, open_store
 
 if TYPE_CHECKING:
     import httpx
 
-    from humpyard.latency_shared import SharedLatency
-    from humpyard.shared_state import SharedState
     from humpyard.store.dynamodb_batched import BatchedDynamoDBStore
 
 log = logging.getLogger("humpyard.fleet")
@@ -55,8 +51,6 @@ log = logging.getLogger("humpyard.fleet")
 LATENCY_FLUSH_SECS = 30.0
 """How often a process writes its latency samples (the buckets are a minute wide), as a
 Lambda instance does (``aws/build.py``)."""
-TICK_SECS = 1.0
-"""How often ``Served.run`` checks whether latency samples are due."""
 NEEDS_AWS = 'store.backend: "dynamodb" needs botocore: install humpyard[aws]'
 
 
@@ -143,72 +137,35 @@ def _check_tables(store: BatchedDynamoDBStore, spec: StoreSpec) -> None:
         log.warning("the state table did not answer at start; serving anyway: %s", exc)
 
 
-@dataclass
-class Served:
-    """The gateway of one ``serve`` process and, on DynamoDB, its shared-state parts."""
-
-    gateway: Gateway
-    state: SharedState | None = None
-    latency: SharedLatency | None = None
-    closing: threading.Event = dataclasses.field(default_factory=threading.Event)
-
-    async def run(self, stop: asyncio.Event | None = None) -> None:
-        """Until cancelled (or ``stop``): keep the shared view fresh and write latency
-        samples when due, each in a worker thread; nothing to do off DynamoDB."""
-        state, latency = self.state, self.latency
-        if state is None or latency is None:
-            return
-        waited = 0.0
-        while not self.closing.is_set() and (stop is None or not stop.is_set()):
-            refresh = max(0.05, state.refresh_secs * 0.4)  # before AHEAD: reads stay off the loop
-            try:
-                await asyncio.to_thread(state.current, ahead=True)
-                if waited >= TICK_SECS:
-                    waited = 0.0
-                    await asyncio.to_thread(latency.flush_due)
-            except Exception:  # noqa: BLE001 - the gateway keeps serving on the last view
-                log.exception("shared state upkeep failed")
-            await asyncio.sleep(refresh)
-            waited += refresh
-
-
 def serve_gateway(config: Config, *, clock: Clock | None = None,
                   transport: httpx.AsyncBaseTransport | None = None,
-                  dynamodb: Any = None) -> Served | None:
+                  dynamodb: Any = None) -> Gateway | None:
     """The gateway ``humpyard serve`` runs on ``config``'s ``[store]``; None without a
-    ``[store]`` section (the gateway opens ``[ledger]``'s store itself, as before)."""
+    ``[store]`` section (the gateway opens ``[ledger]``'s store itself, as before).
+
+    On DynamoDB the store shares live state, so the ``Gateway`` builds its shared
+    health and latency itself (as for a Lambda instance and for the workers' SQLite
+    file) and its background work re-reads the shared view and writes latency samples
+    in threads; only the writer differs from Lambda: decisions gathered for
+    ``[store] batch_ms`` and written in batches."""
     if config.store is None:
         return None
     clock = clock or SystemClock()
     if backend_of(config) != "dynamodb":
-        return Served(Gateway(config, open_configured_store(config, clock), clock=clock,
-                              transport=transport))
-    from humpyard.health.shared import SharedHealth
-    from humpyard.latency_shared import SharedLatency
-    from humpyard.shared_state import state_for
+        return Gateway(config, open_configured_store(config, clock), clock=clock,
+                       transport=transport)
     from humpyard.store.writer import BackgroundWriter
 
     spec = config.store
     store = _dynamodb_store(config, clock, dynamodb)
-    refresh = config.state_refresh_ms / 1000
-    shared = state_for(store, clock)  # the gateway's snapshot finds the same one
-    assert shared is not None
-    shared.refresh_secs = refresh
-    health = SharedHealth(store, health_settings(config), clock, refresh, state=shared)
-    latency = SharedLatency(store, clock, flush_secs=LATENCY_FLUSH_SECS,
-                            refresh_secs=max(refresh, LATENCY_FLUSH_SECS), auto_flush=False,
-                            state=shared)
     writer = BackgroundWriter(store, clock=clock, linger_secs=spec.batch_ms / 1000)
-    gw = Gateway(config, store, transport=transport, clock=clock, health=health,
-                 latency=latency, writer=writer)
+    gw = Gateway(config, store, transport=transport, clock=clock, writer=writer,
+                 latency_flush_secs=LATENCY_FLUSH_SECS)
     store.on_conflict = gw.metrics.transaction_conflicts.inc
-    served = Served(gw, shared, latency)
-    store.before_close.append(served.closing.set)  # no more upkeep reads
-    store.before_close.append(latency.flush)  # the gateway closes the store last
     log.info("store: DynamoDB tables %s and %s (region %s%s)", spec.state_table,
              spec.ledger_table, store._client.meta.region_name,
              f", endpoint {spec.endpoint_url}" if spec.endpoint_url else "")
-    return served
+    return gw
 
 
 def with_store(config: Config, store: StoreSpec) -> Config:

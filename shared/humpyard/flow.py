@@ -74,7 +74,7 @@ async def serve(gw: Gateway, call: Call) -> Served:
     try:
         call.facts = facts = facts_for(call)
         hold = _admit(gw, call, facts)
-        snapshot = gw.snapshot(call.ts)
+        snapshot = gw.state.snapshot(call.ts)
         # Seeded routes draw from their own source in route_rngs (the planner keeps it).
         call.plan = make_plan(facts, snapshot, call.config, call.ts, gw.rng, policy=gw.policy,
                               route_rngs=gw.route_rngs)
@@ -145,7 +145,7 @@ def plan_only(gw: Gateway, call: Call) -> Plan:
     counting never moves a seeded route's sequence) and executing nothing."""
     call.ts = gw.clock.now()
     call.facts = facts_for(call)
-    call.plan = make_plan(call.facts, gw.snapshot(call.ts), call.config, call.ts, gw.rng,
+    call.plan = make_plan(call.facts, gw.state.snapshot(call.ts), call.config, call.ts, gw.rng,
                           policy=gw.policy, route_rngs=gw.route_rngs, explore=False)
     return call.plan
 

@@ -206,7 +206,7 @@ def _write(gw: Gateway, call: Call, status: int, served: Served | None,
         except Exception:
             log.exception("could not emit spans request_id=%s", call.request_id)
     if cost and call.key is not None and call.key.budget is not None:
-        gw.add_spend(call.key.id, period_key(call.key.budget.period, call.ts), cost)
+        gw.state.add_spend(call.key.id, period_key(call.key.budget.period, call.ts), cost)
     _count(gw, call, decision, status, error, latency_ms)
     return decision
 

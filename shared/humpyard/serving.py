@@ -143,7 +143,7 @@ def notifying_server(config: Any, on_ready: Callable[[], None] | None, *,
 async def serve(config_path: str, host: str, port: int, *, sock: socket.socket | None = None,
                 on_ready: Callable[[], None] | None = None,
                 stop: asyncio.Event | None = None, surfaces: Collection[str] | None = None,
-                store: Any = None) -> None:
+                store: Any = None, worker_fd: int | None = None) -> None:
     """Serve the gateway on ``config_path`` at ``host:port`` until SIGINT or SIGTERM;
     SIGHUP and ``reload_poll_secs`` reload the file. ``ConfigError`` if the file is
     invalid at start.
@@ -159,7 +159,11 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
 
     ``surfaces`` (default: all) is what of the route table is served (``humpyard
     console``: the admin API and the console, no client path); ``store``, a
-    ``StoreSpec``, replaces the file's ``[store]`` (``console --stack``)."""
+    ``StoreSpec``, replaces the file's ``[store]`` (``console --stack``).
+
+    ``worker_fd`` (a worker of ``serve --workers N``, ``workers.py``): serve the
+    listening socket the parent passed at that descriptor, on the state file shared
+    with the other workers, and stop when the parent is gone."""
     import uvicorn
 
     from humpyard import telemetry
@@ -179,9 +183,13 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     from humpyard import fleet  # [store]: docs/configuration.md
     if store is not None:
         cfg = fleet.with_store(cfg, store)
-    served = fleet.serve_gateway(cfg)
-    app = create_app(cfg, gateway=served.gateway if served else None,
-                     surfaces=SURFACES if surfaces is None else surfaces)
+    surfaces = SURFACES if surfaces is None else surfaces
+    if worker_fd is not None:  # a worker of serve --workers N: the file shared as live state
+        sock = socket.socket(fileno=worker_fd)
+        app = create_app(cfg, _shared_store(cfg), surfaces=surfaces)
+    else:
+        gateway = fleet.serve_gateway(cfg)
+        app = create_app(cfg, gateway=gateway, surfaces=surfaces)
     gw = app.state.gateway
     gw.spans = telemetry.from_environ(os.environ)  # None unless OTEL_* asks for traces
     reloader = Reloader(config_path, lambda: gw.config, gw.swap_config)
@@ -203,10 +211,10 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
              if isinstance(h, BufferedStderr)]
     tasks.append(asyncio.create_task(_exit_on(stop, server)))
     tasks.append(asyncio.create_task(guard.sweep()))
-    if served is not None:
-        tasks.append(asyncio.create_task(served.run()))
     if cfg.reload_poll_secs > 0:
         tasks.append(asyncio.create_task(_poll_config(reloader, gw)))
+    if worker_fd is not None:
+        tasks.append(asyncio.create_task(_stop_when_orphaned(os.getppid(), stop)))
     log.info("humpyard serving on http://%s:%d (config %s; at most %d client connections)",
              host, port, config_path, guard.cap())
     # What exists now lives as long as the process: keep it out of the collector's
@@ -267,6 +275,20 @@ def _drain_logs() -> None:
 async def _exit_on(stop: asyncio.Event, server: Any) -> None:
     await stop.wait()
     server.should_exit = True
+
+
+def _shared_store(cfg: Any) -> Any:
+    from humpyard.clock import SystemClock
+    from humpyard.store import open_store
+    return open_store(cfg.ledger.path if cfg.ledger else None, SystemClock(), shared=True)
+
+
+async def _stop_when_orphaned(parent: int, stop: asyncio.Event) -> None:
+    """A worker stops (gracefully) once the process that started it is gone."""
+    while os.getppid() == parent:
+        await asyncio.sleep(1.0)
+    log.warning("the parent process is gone; this worker stops")
+    stop.set()
 
 
 async def _poll_config(reloader: object, gw: object) -> None:

@@ -16,6 +16,11 @@ When a view is served (``refresh_secs`` is ``state_refresh_ms``):
   ``invalidate``): the caller waits for a refresh (joining the one in flight),
   so no request is planned on state older than ``state_refresh_ms``.
 
+A store whose reads are local (``stale_reads_ok``: the SQLite file of
+``serve --workers N``) never makes a caller wait for an old view: past half
+its age it is served while one refresh runs in a thread, whatever its age.
+Only a missing view (the first read, or after ``invalidate``) is waited for.
+
 A view's age counts from the start of the read that made it. A failed
 read is logged and the last view is kept, counted as fresh for another
 ``refresh_secs`` (the first read failing gives an empty view), so a store
@@ -81,8 +86,10 @@ class SharedState:
     """
 
     def __init__(self, store: SharedStateReader, clock: Clock, refresh_secs: float = 1.0, *,
-                 background: Callable[[Callable[[], None]], None] | None = None) -> None:
+                 background: Callable[[Callable[[], None]], None] | None = None,
+                 stale_ok: bool = False) -> None:
         self.refresh_secs = max(0.0, refresh_secs)
+        self.stale_ok = stale_ok
         self._store = store
         self._clock = clock
         self._background = background or _in_thread
@@ -170,10 +177,12 @@ class SharedState:
                 view = self._view
                 valid = view is not None and view.read_ticket > self._invalid_ticket
                 age = mono - view.read_at if view is not None and valid else math.inf
-                if view is not None and age < self.refresh_secs:
+                if view is not None and (age < self.refresh_secs
+                                         or (self.stale_ok and age < math.inf)):
                     missing = ahead and any((k, p) not in view.spend
                                             for k, p in self._spend_wanted.items())
-                    if (ahead and (age >= self.refresh_secs * AHEAD or missing)
+                    stale = age >= self.refresh_secs * AHEAD
+                    if ((ahead or self.stale_ok) and (stale or (ahead and missing))
                             and self._inflight is None):
                         self._background(self._reader(mono))
                     return view
@@ -184,6 +193,19 @@ class SharedState:
                 read()
             else:
                 inflight.wait()
+        return self._view or SharedView()
+
+    def refresh(self) -> SharedView:
+        """Read now (or join the read in flight) and return the view. Blocking: for the
+        background refresh of a store whose views are served stale (``stale_ok``)."""
+        with self._lock:
+            inflight = self._inflight
+            if inflight is None:
+                read = self._reader(self._clock.monotonic())
+        if inflight is None:
+            read()
+        else:
+            inflight.wait()
         return self._view or SharedView()
 
     def spend(self, view: SharedView, periods: Mapping[str, str]) -> dict[str, float]:
@@ -286,5 +308,7 @@ def state_for(store: object, clock: Clock) -> SharedState | None:
     with _STATES_LOCK:
         found = _STATES.get(store)
         if found is None:
-            found = _STATES[store] = SharedState(store, clock)  # type: ignore[arg-type]
+            found = _STATES[store] = SharedState(
+                store, clock,  # type: ignore[arg-type]
+                stale_ok=bool(getattr(store, "stale_reads_ok", False)))
         return found

@@ -37,11 +37,22 @@ def sqlite_store(tmp_path: Path, clock: FakeClock) -> Iterator[Store]:
         store.close()
 
 
+@contextmanager
+def shared_sqlite_store(tmp_path: Path, clock: FakeClock) -> Iterator[Store]:
+    from humpyard.store.sqlite import SharedSQLiteStore
+    store = SharedSQLiteStore(str(tmp_path / "humpyard.db"), clock)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
 StoreFactory = Callable[[Path, FakeClock], AbstractContextManager[Store]]
 
 STORE_FACTORIES: dict[str, StoreFactory] = {
     "memory": memory_store,
     "sqlite": sqlite_store,
+    "sqlite-shared": shared_sqlite_store,  # serve --workers N: live state in the file
     "dynamodb": dynamodb_store,  # moto in-process
     "dynamodb_batched": batched_dynamodb_store,  # humpyard serve's: decisions batched
 }

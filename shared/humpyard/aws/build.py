@@ -61,7 +61,7 @@ from humpyard.aws.tracing import TracingMiddleware, traced, tracer
 from humpyard.clock import Clock, SystemClock
 from humpyard.config import load_config_text
 from humpyard.errors import ConfigError, ForbiddenError, HumpyardError
-from humpyard.gateway import Gateway, health_settings
+from humpyard.gateway import Gateway
 from humpyard.recording import record_refusal
 
 if TYPE_CHECKING:
@@ -97,9 +97,6 @@ def build_gateway(env: LambdaEnv, *, dynamodb: Any = None, secretsmanager: Any =
     over it.
     """
     from humpyard.aws.clients import dynamodb_client
-    from humpyard.health.shared import SharedHealth
-    from humpyard.latency_shared import SharedLatency
-    from humpyard.shared_state import state_for
     from humpyard.store.dynamodb import DynamoDBStore
     from humpyard.store.writer import BackgroundWriter
 
@@ -115,17 +112,11 @@ def build_gateway(env: LambdaEnv, *, dynamodb: Any = None, secretsmanager: Any =
     store = DynamoDBStore(env.state_table, env.ledger_table, clock=clock,
                           client=dynamodb if dynamodb is not None else dynamodb_client(),
                           retention_days=retention, stats_flush_secs=STATS_FLUSH_SECS)
-    refresh = config.state_refresh_ms / 1000
-    shared = state_for(store, clock)  # the gateway's snapshot finds the same one
-    assert shared is not None
-    shared.refresh_secs = refresh
-    health = SharedHealth(store, health_settings(config), clock, refresh, state=shared)
-    latency = SharedLatency(store, clock, flush_secs=LATENCY_FLUSH_SECS,
-                            refresh_secs=max(refresh, LATENCY_FLUSH_SECS), auto_flush=False,
-                            state=shared)
     writer = BackgroundWriter(store, clock=clock)
-    gw = Gateway(config, store, transport=transport, clock=clock, health=health,
-                 latency=latency, writer=writer)
+    # The store shares breakers and latency: the Gateway builds SharedHealth and
+    # SharedLatency on its one SharedState itself.
+    gw = Gateway(config, store, transport=transport, clock=clock, writer=writer,
+                 latency_flush_secs=LATENCY_FLUSH_SECS)
     store.on_conflict = gw.metrics.transaction_conflicts.inc
     gw.record_before_reply = True  # the instance may be frozen after its last byte
     gw.reloader = ConfigReloader(source, lambda: gw.config, gw.swap_config, values, clock,

@@ -36,8 +36,11 @@ __all__ = [
 ]
 
 
-def open_store(config_ledger_path: str | None, clock: Clock) -> Store:
+def open_store(config_ledger_path: str | None, clock: Clock, *, shared: bool = False) -> Store:
     """The store for ``[ledger] path``: None → ``MemoryStore(ledger=False)``, else SQLite.
+
+    ``shared`` (``serve --workers N``): the SQLite store keeps breakers and latency in
+    the file as well (``SharedSQLiteStore``), so every process on it shares them.
 
     ``~`` is expanded; the file is created (not its directory) and migrated.
     Raises ``humpyard.errors.StoreError`` when the file cannot be opened.
@@ -46,7 +49,9 @@ def open_store(config_ledger_path: str | None, clock: Clock) -> Store:
         return MemoryStore(ledger=False)
     path = config_ledger_path if config_ledger_path == ":memory:" else os.path.expanduser(
         config_ledger_path)
-    from humpyard.store.sqlite import SQLiteStore
+    from humpyard.store.sqlite import SharedSQLiteStore, SQLiteStore
+    if shared:
+        return SharedSQLiteStore(path, clock)
     return SQLiteStore(path, clock)
 
 

@@ -72,6 +72,7 @@ class DynamoDBStore(DynamoDBLedger, DynamoDBOverrides, DynamoDBQuota, DynamoDBLi
 
     kind = "dynamodb"
     has_ledger = True
+    shares_live = True  # breakers and latency are shared (the gateway picks SharedHealth)
 
     def __init__(self, state_table: str, ledger_table: str, **kwargs: Any) -> None:
         super().__init__(state_table, ledger_table, **kwargs)

@@ -13,6 +13,7 @@ from humpyard.clock import Clock
 from humpyard.store.live import LiveState, LiveStateDelegate
 from humpyard.store.sqlite_base import BUSY_TIMEOUT_SECS
 from humpyard.store.sqlite_ledger import SQLiteLedger
+from humpyard.store.sqlite_live import SQLiteLive
 from humpyard.store.sqlite_schema import migrate
 from humpyard.store.sqlite_state import SQLiteOverrides, SQLiteQuota
 
@@ -44,3 +45,30 @@ class SQLiteStore(SQLiteLedger, SQLiteOverrides, SQLiteQuota, LiveStateDelegate)
         """Close the file and refuse further calls; idempotent."""
         super().close()
         self._live.close()
+
+
+class SharedSQLiteStore(SQLiteLedger, SQLiteOverrides, SQLiteQuota, SQLiteLive):
+    """A ``SQLiteStore`` whose live state (breakers, latency) is in the file too, for
+    several processes on one file (``humpyard serve --workers N``, ``sqlite_live``).
+
+    It reads the shared state in one call (``read_shared``), so the gateway
+    serves it through ``SharedState`` like the DynamoDB store, except that
+    a view past its age is served while a thread re-reads it
+    (``stale_reads_ok``): a read of a local file is never worth a request's wait.
+    """
+
+    kind = "sqlite"
+    has_ledger = True
+    shares_live = True
+    stale_reads_ok = True
+
+    def __init__(self, path: str, clock: Clock, *,
+                 busy_timeout_secs: float = BUSY_TIMEOUT_SECS) -> None:
+        super().__init__(path, clock, busy_timeout_secs=busy_timeout_secs)
+        try:
+            with self._lock:
+                self.schema_version = migrate(self._connection(), clock.now())
+            self._create_live()
+        except BaseException:
+            self.close()
+            raise

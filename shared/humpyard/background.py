@@ -1,0 +1,163 @@
+"""``Background``: what a long-lived gateway process does besides serving requests.
+
+- override expiries: recorded as they happen (one audit entry each), by a
+  sweep that wakes at the soonest known expiry, at least every
+  ``OVERRIDE_SWEEP_SECS``, and whenever the overrides change;
+- retention: ledger rows past ``decision_retention_days`` purged hourly;
+- quota polling (``quota/poller.py``) when a provider has a quota source;
+- with a store shared by several processes (``serve --workers N``): the
+  shared view re-read in a thread every half ``state_refresh_ms`` (so a
+  request never waits for it) and latency samples written every
+  ``LATENCY_FLUSH_SECS`` (never by a request).
+
+Every blocking call runs in a thread; a failure is logged and the work
+goes on. Lambda runs none of it (its scheduled poller function does the
+quota and the expiries).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from humpyard.clock import Clock
+from humpyard.config.spec import Config
+from humpyard.latency_shared import SharedLatency
+from humpyard.planning.types import Override
+from humpyard.quota.poller import QuotaPoller
+from humpyard.shared_state import SharedState
+from humpyard.state_view import StateView
+from humpyard.store import Store
+
+log = logging.getLogger("humpyard.gateway")
+RETENTION_EVERY_SECS = 3600.0
+OVERRIDE_SWEEP_SECS = 30.0  # the longest wait between override-expiry sweeps
+LATENCY_FLUSH_SECS = 5.0  # shared latency samples are written at most this often
+
+
+class Background:
+    """The background work of one process over its ``store`` and ``state`` view."""
+
+    def __init__(self, config: Callable[[], Config], store: Store, clock: Clock,
+                 state: StateView, quota: QuotaPoller, latency: Any) -> None:
+        self._config = config
+        self.store = store
+        self.clock = clock
+        self.state = state
+        self.quota = quota
+        self.latency = latency
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run every job until ``stop`` is set."""
+        jobs = [self._retention(stop), self._sweep_overrides(stop)]
+        if isinstance(self.latency, SharedLatency):
+            jobs.append(self._flush_latency(stop))
+        source = self.state.source
+        if source is not None:  # a long-lived process on a shared store (not Lambda)
+            jobs.append(self._refresh_state(source, stop))
+        if self.quota.providers():
+            jobs.append(self.quota.run(stop))
+        await asyncio.gather(*jobs)
+
+    # -- override expiry -----------------------------------------------------------------
+
+    def expire_overrides(self) -> list[Override]:
+        """Record the expiry of every override that has run out (one audit entry each,
+        stamped with its ``expires_at``); returns them. Blocking: call off the loop."""
+        if not self.store.has_ledger:
+            return []
+        expired = self.store.expire_due(self.clock.now())
+        for ov in expired:
+            log.info("override expired id=%s kind=%s subject=%s", ov.id, ov.kind, ov.subject,
+                     extra={"override_id": ov.id, "kind": ov.kind, "subject": ov.subject})
+        if expired:
+            self.state.invalidate()
+            self.state.reload()
+        return expired
+
+    def _next_expiry_in(self) -> float:
+        """Seconds until the soonest known override expiry, at most OVERRIDE_SWEEP_SECS."""
+        now = self.clock.now()
+        upcoming = [o.expires_at - now for o in self.state.shared(now).overrides
+                    if o.expires_at > now]
+        return max(0.01, min([OVERRIDE_SWEEP_SECS, *upcoming]) + 0.001)
+
+    async def _sweep_overrides(self, stop: asyncio.Event) -> None:
+        """Sweep at each known expiry, at least every OVERRIDE_SWEEP_SECS, and again
+        whenever the overrides change (``StateView.invalidate`` wakes it)."""
+        if not self.store.has_ledger:
+            return
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+        self.state.on_invalidate = lambda: loop.call_soon_threadsafe(wake.set)
+        try:
+            while not stop.is_set():
+                wake.clear()
+                try:
+                    await asyncio.to_thread(self.expire_overrides)
+                    wait = await asyncio.to_thread(self._next_expiry_in)
+                except Exception:  # noqa: BLE001 - the sweep must never stop the gateway
+                    log.exception("override expiry sweep failed")
+                    wait = OVERRIDE_SWEEP_SECS
+                await first_of(stop, wake, timeout=wait)
+        finally:
+            self.state.on_invalidate = None
+
+    # -- retention -----------------------------------------------------------------------
+
+    def purge_expired(self) -> int:
+        """Delete ledger rows older than ``decision_retention_days``; returns decisions removed."""
+        ledger = self._config().ledger
+        if ledger is None or not self.store.has_ledger:
+            return 0
+        return int(self.store.purge(self.clock.now() - ledger.decision_retention_days * 86400))
+
+    async def _retention(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await asyncio.to_thread(self.purge_expired)
+            except Exception:  # noqa: BLE001 - retention must never stop the gateway
+                log.exception("retention purge failed")
+            await first_of(stop, timeout=RETENTION_EVERY_SECS)
+
+    # -- a store several processes share ---------------------------------------------------
+
+    def flush_latency(self, *, force: bool = False) -> None:
+        """Write pending shared latency samples (when due, or now). Blocking: off the loop."""
+        if isinstance(self.latency, SharedLatency):
+            if force:
+                self.latency.flush()
+            else:
+                self.latency.flush_due()
+
+    async def _flush_latency(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await asyncio.to_thread(self.flush_latency)
+            except Exception:  # noqa: BLE001 - a flush must never stop the gateway
+                log.exception("latency flush failed")
+            await first_of(stop, timeout=LATENCY_FLUSH_SECS / 5)
+        await asyncio.to_thread(self.flush_latency, force=True)
+
+    async def _refresh_state(self, source: SharedState, stop: asyncio.Event) -> None:
+        """Re-read the shared view every half ``state_refresh_ms`` in a thread, so a
+        request never waits for a read and an idle process's view is never older."""
+        while not stop.is_set():
+            try:
+                await asyncio.to_thread(source.refresh)
+            except Exception:  # noqa: BLE001 - SharedState logs a failed read itself
+                log.exception("shared state refresh failed")
+            await first_of(stop, timeout=max(0.01, self._config().state_refresh_ms / 2000))
+
+
+async def first_of(*events: asyncio.Event, timeout: float) -> None:
+    """Wait until any of ``events`` is set, or ``timeout`` seconds pass."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)

@@ -1,0 +1,226 @@
+"""``humpyard serve --workers N``: N worker processes on one port, one state file.
+
+The parent process serves nothing itself. It
+
+- checks the configuration (a bad file: exit 1, nothing started) and that it
+  has a ``[ledger] path`` on the disk: the workers share everything through
+  that SQLite file (``SharedSQLiteStore``: breakers and probe leases, latency,
+  overrides, spend, the ledger), so several workers without one are refused;
+- empties the file's live state (breakers, latency), so a start of the
+  whole set starts every endpoint healthy as one process does;
+- binds the listening socket once and hands it to every worker (inherited
+  by file descriptor: the kernel gives each new connection to one worker
+  that is accepting; connections waiting in the queue survive a worker's
+  death, which SO_REUSEPORT's per-socket queues would reset);
+- starts each worker as ``humpyard serve --worker-fd FD`` and restarts one
+  that exits without being told to (after ``RESTART_BACKOFF_SECS``, doubled
+  up to ``MAX_RESTART_BACKOFF_SECS`` while it keeps dying within
+  ``STABLE_SECS`` of its start);
+- on SIGHUP loads the file first: a valid one is passed on as SIGHUP to every
+  worker (each reloads the same file), a bad one is logged and no worker is
+  told, so the old configuration keeps serving everywhere;
+- on SIGTERM or SIGINT passes SIGTERM to every worker, each drains its
+  requests and closes its ledger writer, waits for them all and exits 0 (a
+  worker still running after ``DRAIN_SECS`` is killed).
+
+A worker notices its parent is gone (killed with SIGKILL) within a second
+and stops as on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from humpyard.errors import ConfigError, HumpyardError
+
+log = logging.getLogger("humpyard.workers")
+
+RESTART_BACKOFF_SECS = 0.5
+MAX_RESTART_BACKOFF_SECS = 10.0
+STABLE_SECS = 10.0
+DRAIN_SECS = 60.0
+BACKLOG = 2048
+POLL_SECS = 0.05
+
+
+def worker_count(value: str) -> int:
+    """``--workers``: a positive number, or ``auto`` (the cores this process may use)."""
+    if value == "auto":
+        try:
+            return max(1, len(os.sched_getaffinity(0)))
+        except AttributeError:  # not Linux
+            return max(1, os.cpu_count() or 1)
+    try:
+        n = int(value)
+    except ValueError:
+        raise ValueError(f"--workers must be a number or auto, not {value!r}") from None
+    if not 1 <= n <= 256:
+        raise ValueError(f"--workers must be between 1 and 256, not {n}")
+    return n
+
+
+def check_shared_config(config_path: str) -> None:
+    """``ConfigError`` unless the file is valid and has a ``[ledger] path`` on the disk."""
+    from humpyard.config import load_config
+    cfg = load_config(config_path)
+    path = cfg.ledger.path if cfg.ledger is not None else None
+    if path is None or path == ":memory:" or path.startswith("file:"):
+        raise ConfigError("serve --workers N (N > 1) needs [ledger] path: the workers share "
+                          "health, latency, overrides, budgets and the ledger through that "
+                          "SQLite file")
+
+
+def reset_live_state(config_path: str) -> None:
+    """Open the shared file once (creating and migrating it) and empty its live state."""
+    from humpyard.clock import SystemClock
+    from humpyard.config import load_config
+    from humpyard.store.sqlite import SharedSQLiteStore
+    cfg = load_config(config_path)
+    assert cfg.ledger is not None and cfg.ledger.path is not None
+    store = SharedSQLiteStore(os.path.expanduser(cfg.ledger.path), SystemClock())
+    try:
+        store.reset_live()
+    finally:
+        store.close()
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A bound, listening TCP socket the workers inherit."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, addr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(addr)
+    sock.listen(BACKLOG)
+    sock.set_inheritable(True)
+    return sock
+
+
+@dataclass
+class _Worker:
+    index: int
+    proc: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    backoff: float = RESTART_BACKOFF_SECS
+    due: float = 0.0  # when a dead worker is started again
+    restarts: int = field(default=0)
+
+
+class Supervisor:
+    """The parent of ``--workers N`` (see the module docstring)."""
+
+    def __init__(self, config_path: str, host: str, port: int, count: int, *,
+                 argv: Sequence[str] = (), serve_args: Sequence[str] = ()) -> None:
+        self.config_path = config_path
+        self.host = host
+        self.port = port
+        self.workers = [_Worker(i) for i in range(count)]
+        self.argv = tuple(argv)  # the global flags each worker gets (log level)
+        self.serve_args = tuple(serve_args)  # and the serve flags (log format)
+        self._stopping = False
+        self._reload = False
+        self.sock: socket.socket | None = None
+
+    def _command(self, fd: int) -> list[str]:
+        return [sys.executable, "-m", "humpyard.cli", *self.argv, "serve",
+                "--config", self.config_path, "--host", self.host, "--port", str(self.port),
+                *self.serve_args, "--worker-fd", str(fd)]
+
+    def _start(self, w: _Worker) -> None:
+        assert self.sock is not None
+        fd = self.sock.fileno()
+        # A session of its own: a terminal's Ctrl-C reaches the parent only, which
+        # then stops each worker once (a second signal would cut its drain short).
+        w.proc = subprocess.Popen(self._command(fd), pass_fds=(fd,), start_new_session=True)
+        w.started = time.monotonic()
+        log.info("worker %d started pid=%d", w.index, w.proc.pid,
+                 extra={"worker": w.index, "pid": w.proc.pid})
+
+    def run(self) -> int:
+        """Serve until SIGTERM or SIGINT; 0 then, 1 when the configuration is bad."""
+        try:
+            check_shared_config(self.config_path)
+            reset_live_state(self.config_path)
+            self.sock = listening_socket(self.host, self.port)
+        except (HumpyardError, OSError) as e:  # a bad file, an unwritable ledger, a taken port
+            print(e, file=sys.stderr)
+            return 1
+        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+        signal.signal(signal.SIGHUP, self._on_hup)
+        log.info("humpyard serving on http://%s:%d with %d workers (config %s)",
+                 self.host, self.port, len(self.workers), self.config_path)
+        for w in self.workers:
+            self._start(w)
+        try:
+            while not self._stopping:
+                if self._reload:
+                    self._reload = False
+                    self._reload_all()
+                self._reap()
+                time.sleep(POLL_SECS)
+        finally:
+            self._stop_all()
+            self.sock.close()
+        log.info("humpyard stopped")
+        return 0
+
+    def _on_stop(self, signum: int, frame: object) -> None:
+        self._stopping = True
+
+    def _on_hup(self, signum: int, frame: object) -> None:
+        self._reload = True
+
+    def _reload_all(self) -> None:
+        """Check the file here first; only a valid one reaches the workers."""
+        from humpyard.config import load_config
+        try:
+            load_config(self.config_path)
+        except ConfigError as e:
+            log.error("reload rejected; every worker keeps the previous configuration: %s", e)
+            return
+        for w in self.workers:
+            if w.proc is not None and w.proc.poll() is None:
+                w.proc.send_signal(signal.SIGHUP)
+        log.info("configuration checked; reload sent to %d workers", len(self.workers))
+
+    def _reap(self) -> None:
+        now = time.monotonic()
+        for w in self.workers:
+            if w.proc is None:
+                if now >= w.due and not self._stopping:
+                    w.restarts += 1
+                    self._start(w)
+                continue
+            code = w.proc.poll()
+            if code is None:
+                continue
+            log.error("worker %d (pid %d) exited with %s; restarting it", w.index, w.proc.pid,
+                      code, extra={"worker": w.index, "pid": w.proc.pid})
+            if now - w.started < STABLE_SECS:
+                w.backoff = min(w.backoff * 2, MAX_RESTART_BACKOFF_SECS)
+            else:
+                w.backoff = RESTART_BACKOFF_SECS
+            w.proc, w.due = None, now + w.backoff
+
+    def _stop_all(self) -> None:
+        running = [w.proc for w in self.workers if w.proc is not None and w.proc.poll() is None]
+        for p in running:
+            p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + DRAIN_SECS
+        for p in running:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.error("worker pid %d still running after %.0f s; killing it", p.pid,
+                          DRAIN_SECS)
+                p.kill()
+                p.wait()
