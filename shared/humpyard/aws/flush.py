@@ -51,12 +51,14 @@ class FlushMiddleware:
     def __init__(self, app: ASGIApp, flush: Callable[[], Awaitable[None]],
                  set_correlation_id: Callable[[str | None], None] | None = None,
                  on_shutdown: Callable[[], Awaitable[None]] | None = None,
-                 before_request: Callable[[], object] | None = None) -> None:
+                 before_request: Callable[[], object] | None = None,
+                 now: Callable[[], float] | None = None) -> None:
         self.app = app
         self._before = before_request
         self._flush = flush
         self._correlate = set_correlation_id or (lambda _v: None)
         self._on_shutdown = on_shutdown
+        self._now = now  # the gateway's clock: the request id carries its time (ADR 0019)
         self._adopts: bool | None = None  # does the app use the request id it is offered?
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -68,7 +70,7 @@ class FlushMiddleware:
             return
         if self._before is not None:
             self._before()  # e.g. a configuration reload when due
-        rid = new_request_id()
+        rid = new_request_id(self._now() if self._now is not None else None)
         scope.setdefault("state", {})[STATE_KEY] = rid
         self._correlate(rid if self._adopts else None)
         flushed = False

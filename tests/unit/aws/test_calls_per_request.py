@@ -35,7 +35,7 @@ def instances(client: Any, clock: FakeClock, tmp_path: Path) -> Iterator[Any]:
         inst.close()
 
 
-def test_a_warm_request_costs_one_read_and_at_most_two_items(instances: Any,
+def test_a_warm_request_costs_one_read_and_one_write_unit(instances: Any,
                                                              clock: FakeClock) -> None:
     inst = instances(UNBUDGETED)
     cost = measure(inst, clock, 100, 1.1)
@@ -44,8 +44,9 @@ def test_a_warm_request_costs_one_read_and_at_most_two_items(instances: Any,
     assert cost["calls"]["BatchGetItem"] == 100  # the state: one read, every request
     assert "Query" not in cost["calls"] and "TransactWriteItems" not in cost["calls"]
     assert cost["calls"]["PutItem"] == 100  # the decision
-    assert cost["items"] <= 2.0
-    assert cost["units"] <= 3.5  # decision ≤ 1 KB + two index entries + the shared flushes
+    assert cost["items"] <= 1.1
+    assert cost["index_units"] == 0  # the decision is one item, keyed for listing: no index
+    assert cost["units"] <= 1.1  # the decision (≤ 1 KB) + the shared flushes, amortised
 
 
 def test_a_budgeted_key_adds_its_spend_and_nothing_else(instances: Any,
@@ -58,7 +59,8 @@ def test_a_budgeted_key_adds_its_spend_and_nothing_else(instances: Any,
     updates = cost["calls"]["UpdateItem"]
     assert 100 < updates <= 100 + 30  # one spend ADD each, stats and latency amortised
     assert cost["items"] <= 2.3
-    assert cost["units"] <= 4.5
+    assert cost["index_units"] == 0
+    assert cost["units"] <= 2.3
 
 
 def test_at_eight_requests_a_second_the_state_is_read_ahead(instances: Any,
