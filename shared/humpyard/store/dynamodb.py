@@ -20,8 +20,8 @@ tests and local emulators, ``template.yaml`` for AWS. The parts:
 the overrides' version, spend, latency) — see ``humpyard.shared_state``.
 
 Every read that the contract says must see the last write is strongly
-consistent, decision listing included (it queries the table itself). Stats of this store's own decisions
-count at once; another instance's after its next stats flush.
+consistent, decision listing included (it queries the table itself).
+Stats of this store's own decisions count at once; another instance's after its next stats flush.
 """
 
 from __future__ import annotations

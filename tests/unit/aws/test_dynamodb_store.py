@@ -15,11 +15,11 @@ import pytest
 from humpyard.clock import FakeClock, SystemClock
 from humpyard.errors import ConflictError, StoreError
 from humpyard.planning.types import Override
+from humpyard.records import new_request_id
 from humpyard.store.base import LedgerBatch
 from humpyard.store.dynamodb import DynamoDBStore, create_tables
 from humpyard.store.dynamodb_base import blocking_sleep, ts_key
 from humpyard.store.dynamodb_calls import CallCounter, count_calls
-from humpyard.records import new_request_id
 from humpyard.store.dynamodb_ledger import (
     DECISION_SHARDS,
     LIST_EXAMINED_ITEMS,
