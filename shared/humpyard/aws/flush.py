@@ -9,6 +9,8 @@ the Lambda Web Adapter: the stream's last chunk waits for the flush, the
 earlier ones do not. A request that ends without a last body message (an
 error, a client gone) is flushed when the app returns.
 
+The request id is issued here, stamped with ``now`` (the gateway's clock,
+so the id carries the request's time: ADR 0019), before the app sees it.
 The correlation id of the instance's logger is the humpyard request id
 (the ``x-humpyard-request-id`` response header) for the duration of the
 request. The id is only known from the app's answer, unless the app adopts
