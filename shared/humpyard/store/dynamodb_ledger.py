@@ -127,7 +127,7 @@ class LedgerWriteError(StoreError):
 
 @dataclass
 class _Shard:
-    """One shard of one day being listed: where its walk stands and what it matched."""
+    """One shard of one day being listed: where its walk stands."""
 
     pk: str
     start: Item | None = None  # ExclusiveStartKey of its next page
