@@ -8,6 +8,7 @@ expiries); ``Clock.monotonic()`` is for durations and cooldowns. Tests pass a
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 from typing import Protocol
 
@@ -56,3 +57,20 @@ class FakeClock:
     async def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
         self.advance(seconds)
+
+
+def time_key(ts: float) -> str:
+    """``ts`` as 16 hex digits whose string order is the numeric order (exact, signs too):
+    the sortable time in request ids and in the DynamoDB ledger's sort keys."""
+    bits = struct.unpack(">Q", struct.pack(">d", float(ts)))[0]
+    bits = bits ^ 0xFFFF_FFFF_FFFF_FFFF if bits >> 63 else bits | (1 << 63)
+    return f"{bits:016x}"
+
+
+def key_time(key: str) -> float:
+    """The time ``time_key`` encoded; ``ValueError`` for anything else."""
+    if len(key) != 16:
+        raise ValueError(f"not a time key: {key!r}")
+    bits = int(key, 16)
+    bits = bits ^ (1 << 63) if bits >> 63 else bits ^ 0xFFFF_FFFF_FFFF_FFFF
+    return float(struct.unpack(">d", struct.pack(">Q", bits))[0])

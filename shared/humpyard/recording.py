@@ -177,8 +177,9 @@ def recording(gw: Gateway, call: Call) -> Recording:
 def record_refusal(gw: Gateway, error: HumpyardError, protocol: str = "http") -> None:
     """Record a request refused before any client path took it (an unknown path, a
     Lambda function's boundary): counted, and written within ``refused_per_minute``."""
-    call = Call(request_id=new_request_id(), config=gw.config, key=None, headers={}, body={},
-                protocol=protocol, ts=gw.clock.now())
+    now = gw.clock.now()
+    call = Call(request_id=new_request_id(now), config=gw.config, key=None, headers={},
+                body={}, protocol=protocol, ts=now)
     Recording(gw, call).close(status=error.status, error=error)
 
 

@@ -9,25 +9,53 @@ and, when a target answered, a ``Served``. The decision record
 from __future__ import annotations
 
 import itertools
+import math
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from humpyard.clock import key_time, time_key
 from humpyard.config.spec import Config, EndpointSpec, KeySpec
 from humpyard.planning.types import Plan, RequestFacts
 
-_ID_PREFIX = os.urandom(6).hex()  # per process: ids from two instances never collide
+_ID_PREFIX = os.urandom(4).hex()  # per process: ids from two instances never collide
 _ID_COUNTER = itertools.count(1)
+_ID_SHAPE = re.compile("req_[0-9a-f]{32}")
+ID_CLOCK_AGREEMENT_SECS = 5.0
+"""How close a request id's time must be to the clock for the decision to take it as its ``ts``."""
 
 
-def new_request_id() -> str:
-    """A unique request id: a random per-process prefix and a counter.
+def new_request_id(now: float | None = None) -> str:
+    """A unique request id: ``req_``, the time it was issued (``clock.time_key``: 16 hex
+    digits, exact and sortable), a random per-process prefix and a counter.
 
-    Not a secret, so no per-request entropy is drawn (``uuid4`` reads the OS's
-    random source on every call, which costs a system call here)."""
-    return f"req_{_ID_PREFIX}{next(_ID_COUNTER):012x}"
+    The time is ``now`` (the caller's clock), else the system's. It lets the DynamoDB
+    ledger find a decision by its id alone (ADR 0019). Not a secret, so no per-request
+    entropy is drawn (``uuid4`` reads the OS's random source on every call, which
+    costs a system call here)."""
+    stamp = time_key(time.time() if now is None else now)
+    return f"req_{stamp}{_ID_PREFIX}{next(_ID_COUNTER) & 0xFFFF_FFFF:08x}"
+
+
+def request_time(request_id: str) -> float | None:
+    """The time a ``new_request_id`` id was issued; None for any other string."""
+    if _ID_SHAPE.fullmatch(request_id) is None:
+        return None
+    found = key_time(request_id[4:20])
+    return found if math.isfinite(found) else None
+
+
+def issued_at(request_id: str, now: float) -> float:
+    """A request's ``ts``: the time its id carries when that agrees with ``now`` (the id
+    was issued by this clock a moment ago: the Lambda wiring issues it before the
+    request reaches the app), else ``now``."""
+    found = request_time(request_id)
+    if found is not None and abs(found - now) <= ID_CLOCK_AGREEMENT_SECS:
+        return found
+    return now
 
 
 @dataclass(slots=True)

@@ -10,7 +10,7 @@ with ``dynamodb:LeadingKeys`` the partition keys). ``allowing(statements,
 request)`` is the statement that allows it, or None.
 
 Only what the template uses is understood: ``Allow`` statements, actions
-and resources with ``*`` wildcards, and the conditions
+(or ``NotAction``) and resources with ``*`` wildcards, and the conditions
 ``ForAllValues:StringLike`` on ``dynamodb:LeadingKeys`` and
 ``StringEquals`` on ``kms:ViaService``. Anything else fails the test that
 meets it instead of being judged wrongly.
@@ -170,10 +170,28 @@ def allowing(statements: list[dict[str, Any]], request: Request) -> dict[str, An
     """The first statement that allows ``request``; None if none does (implicit deny)."""
     for st in statements:
         assert st["Effect"] == "Allow", st  # a Deny would need ordering rules
-        if not any(fnmatchcase(request.action, a) for a in _listed(st["Action"])):
+        if "NotAction" in st:  # every action but these (a permissions boundary's)
+            if any(fnmatchcase(request.action, a) for a in _listed(st["NotAction"])):
+                continue
+        elif not any(fnmatchcase(request.action, a) for a in _listed(st["Action"])):
             continue
         if not any(fnmatchcase(request.resource, r) for r in _listed(st["Resource"])):
             continue
         if _condition_holds(st.get("Condition", {}), request):
             return st
     return None
+
+
+BASIC_EXECUTION = "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"
+MANAGED: dict[str, list[dict[str, Any]]] = {BASIC_EXECUTION: [{
+    "Effect": "Allow", "Resource": "*",
+    "Action": ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"]}]}
+"""The statements of the AWS managed policies SAM attaches, as AWS publishes them."""
+
+
+def log_writes(function_name: str) -> list[Request]:
+    """What Lambda does with a function's role to deliver its output: a log stream in
+    ``/aws/lambda/<name>`` and events into it (the group exists: the template makes it)."""
+    group = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/lambda/{function_name}"
+    stream = f"{group}:log-stream:2026/12/02/[$LATEST]0123456789abcdef"
+    return [Request("logs:CreateLogStream", stream), Request("logs:PutLogEvents", stream)]

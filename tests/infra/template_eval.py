@@ -102,6 +102,11 @@ class Deployment:
         if name in self.physical:
             return self.physical[name]
         kind = self.doc["Resources"][name]["Type"]
+        named = self.doc["Resources"][name].get("Properties", {}).get("FunctionName")
+        if kind == "AWS::Lambda::Function" and named is not None:
+            return self.resolve(named)
+        if kind == "AWS::IAM::ManagedPolicy":
+            return f"arn:aws:iam::{ACCOUNT}:policy/{self.stack}-{name}-1A2B3C4D5E6F"
         if kind == "AWS::SecretsManager::Secret":
             secret = self.resolve(self.doc["Resources"][name]["Properties"].get("Name", name))
             return f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:{secret}-AbC123"
@@ -179,6 +184,21 @@ class Deployment:
             found = policy["PolicyDocument"]["Statement"]
             statements.extend(found if isinstance(found, list) else [found])
         return statements
+
+    def boundary_statements(self, function: str) -> list[dict[str, Any]] | None:
+        """The statements of the permissions boundary of ``function``'s role; None if none."""
+        role_arn = self.functions()[function]["Role"]
+        role_id = next(k for k, v in self.doc["Resources"].items()
+                       if v["Type"] == "AWS::IAM::Role" and self.get_att(k, "Arn") == role_arn)
+        boundary = self.resolve(self.doc["Resources"][role_id]["Properties"]).get(
+            "PermissionsBoundary")
+        if boundary is None:
+            return None
+        policy_id = next(k for k, v in self.doc["Resources"].items()
+                         if v["Type"] == "AWS::IAM::ManagedPolicy" and self.ref(k) == boundary)
+        found = self.resolve(self.doc["Resources"][policy_id]["Properties"])["PolicyDocument"][
+            "Statement"]
+        return found if isinstance(found, list) else [found]
 
     def managed_policies(self, function: str) -> list[str]:
         role_arn = self.functions()[function]["Role"]

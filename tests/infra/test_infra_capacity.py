@@ -16,7 +16,7 @@ from typing import Any
 from infra_support import translated
 from template_eval import Deployment, samconfig_parameters
 
-from humpyard.store.dynamodb_schema import RETIRED_INDEXES, ROUTE_INDEX, TIME_INDEX
+from humpyard.store.dynamodb_schema import LEGACY_INDEXES
 
 SCALABLE = "AWS::ApplicationAutoScaling::ScalableTarget"
 POLICY = "AWS::ApplicationAutoScaling::ScalingPolicy"
@@ -47,7 +47,7 @@ def test_on_demand_by_default_with_no_capacity_to_manage() -> None:
         assert not _created(d, SCALABLE) and not _created(d, POLICY)
 
 
-def test_provisioned_tables_scale_reads_and_writes_of_every_index_written() -> None:
+def test_provisioned_tables_scale_reads_and_writes_of_every_table() -> None:
     d = _deployed(**PROVISIONED)
     state, ledger = d.ref("StateTable"), d.ref("LedgerTable")
     minimum = {"ReadCapacityUnits": "3", "WriteCapacityUnits": "7"}
@@ -55,13 +55,8 @@ def test_provisioned_tables_scale_reads_and_writes_of_every_index_written() -> N
         props = _table(d, table)
         assert props["BillingMode"] == "PROVISIONED"
         assert props["ProvisionedThroughput"] == minimum
-    indexes = {g["IndexName"]: g for g in _table(d, "LedgerTable")["GlobalSecondaryIndexes"]}
-    written = {TIME_INDEX[0], ROUTE_INDEX[0]}
-    assert set(indexes) == written | {name for name, _ in RETIRED_INDEXES}
-    for name, index in indexes.items():
-        expected = minimum if name in written else {"ReadCapacityUnits": 1,
-                                                    "WriteCapacityUnits": 1}
-        assert index["ProvisionedThroughput"] == expected, name
+    assert "GlobalSecondaryIndexes" not in _table(d, "LedgerTable")  # ADR 0019
+    written: set[str] = set()
 
     scaled: dict[tuple[str, str], str] = {}
     for target_id, target in _created(d, SCALABLE).items():
@@ -91,3 +86,25 @@ def test_provisioned_tables_scale_reads_and_writes_of_every_index_written() -> N
         assert tracking["TargetValue"] == "60"
         assert tracking["PredefinedMetricSpecification"] == {
             "PredefinedMetricType": f"DynamoDB{rw}CapacityUtilization"}
+
+
+def test_an_existing_stack_sheds_the_legacy_indexes_one_per_deploy() -> None:
+    # CloudFormation creates or deletes one GSI per update: each step down of
+    # LedgerLegacyIndexes removes exactly one index and the attributes only it used.
+    steps = []
+    for kept in range(len(LEGACY_INDEXES), -1, -1):
+        for mode in ({}, {"TableBillingMode": "PROVISIONED"}):
+            d = _deployed(LedgerLegacyIndexes=str(kept), **mode)
+            props = _table(d, "LedgerTable")
+            gsis = props.get("GlobalSecondaryIndexes", [])
+            assert [g["IndexName"] for g in gsis] == list(LEGACY_INDEXES[:kept])
+            used = {k["AttributeName"] for g in gsis for k in g["KeySchema"]} | {"pk", "sk"}
+            assert {a["AttributeName"] for a in props["AttributeDefinitions"]} == used
+            if mode:  # never written: the least capacity there is, and no auto scaling
+                assert all(g["ProvisionedThroughput"] == {"ReadCapacityUnits": 1,
+                                                          "WriteCapacityUnits": 1}
+                           for g in gsis)
+                assert not any("/index/" in str(d.resolve(t["Properties"])["ResourceId"])
+                               for t in _created(d, SCALABLE).values())
+        steps.append({g["IndexName"] for g in gsis})
+    assert all(len(a - b) == 1 and b <= a for a, b in zip(steps, steps[1:], strict=False))

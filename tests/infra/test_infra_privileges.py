@@ -30,7 +30,7 @@ from typing import Any
 
 import boto3
 import pytest
-from iam_replay import Recorder, Request, allowing, authorizations
+from iam_replay import MANAGED, Recorder, Request, allowing, authorizations, log_writes
 from infra_support import ROOT, template, translated
 from moto import mock_aws
 from template_eval import Deployment
@@ -302,10 +302,9 @@ def test_every_call_a_function_makes_is_allowed_by_its_role(run: Run, label: str
     assert any(service == "dynamodb" for service, _, _ in calls), calls
     assert any(op == "GetSecretValue" for _, op, _ in calls)
     for function in ROLES[label]:
-        statements = run.deployment.role_statements(function)
         denied = sorted({str(req) for service, op, params in calls
                          for req in authorizations(service, op, params)
-                         if allowing(statements, req) is None})
+                         if not _effective(run.deployment, function, req)})
         assert not denied, f"{function} would be denied:\n" + "\n".join(denied)
 
 
@@ -336,6 +335,59 @@ def test_every_dynamodb_grant_is_used(run: Run, label: str) -> None:
 
 def _listed(value: Any) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
+
+
+def _effective(d: Deployment, function: str, request: Request) -> bool:
+    """Whether IAM allows ``request`` to ``function``'s role: one of its policies (inline,
+    or the managed ones SAM attaches) allows it, and so does its permissions boundary."""
+    identity = list(d.role_statements(function))
+    for arn in d.managed_policies(function):
+        assert arn in MANAGED, f"{function}: managed policy {arn} not known to iam_replay"
+        identity += MANAGED[arn]
+    boundary = d.boundary_statements(function)
+    return allowing(identity, request) is not None and (
+        boundary is None or allowing(boundary, request) is not None)
+
+
+FUNCTIONS = ("GatewayFunction", "StreamFunction", "AdminFunction", "QuotaPollerFunction")
+
+
+def test_each_function_writes_its_own_log_group_and_no_other() -> None:
+    d = Deployment(translated())
+    names = {f: d.functions()[f]["FunctionName"] for f in FUNCTIONS}
+    assert len(set(names.values())) == len(FUNCTIONS)
+    for function, name in names.items():
+        groups = {d.resolve(r["Properties"]["LogGroupName"]) for r in d.doc["Resources"].values()
+                  if r["Type"] == "AWS::Logs::LogGroup"}
+        assert f"/aws/lambda/{name}" in groups  # the template makes it: no CreateLogGroup
+        for request in log_writes(name):
+            assert _effective(d, function, request), (function, request)
+        for other in set(names.values()) - {name}:
+            for request in log_writes(other):
+                assert not _effective(d, function, request), (function, request)
+        create = Request("logs:CreateLogGroup",
+                         f"arn:aws:logs:us-east-1:123456789012:log-group:/aws/lambda/{name}")
+        assert not _effective(d, function, create)
+
+
+def test_no_log_grant_that_delivering_the_logs_does_not_use() -> None:
+    # "Nothing granted that no scenario uses", for logs: what the boundary lets through
+    # of logs is exactly the two calls Lambda makes for the function, on its own group.
+    d = Deployment(translated())
+    for function in FUNCTIONS:
+        boundary = d.boundary_statements(function)
+        assert boundary is not None, function
+        used = log_writes(d.functions()[function]["FunctionName"])
+        for st in boundary:
+            if "NotAction" in st:
+                assert _listed(st["NotAction"]) == ["logs:*"], st  # no log action through
+                continue
+            for action in _listed(st["Action"]):
+                assert action.startswith("logs:"), st
+                one = {**st, "Action": [action]}
+                assert any(allowing([one], r) for r in used), (function, action)
+            assert all(r.endswith(":*") and "log-group:/aws/lambda/" in r
+                       for r in _listed(st["Resource"])), st
 
 
 def test_the_client_functions_have_the_same_grants() -> None:

@@ -313,7 +313,10 @@ def test_create_tables_makes_both_tables_and_check_wants_botocore(
         assert done.returncode == 0, done.stderr
     client = boto3.client("dynamodb", endpoint_url=moto.url, region_name="us-east-1")
     ledger = client.describe_table(TableName=f"l-{suffix}")["Table"]
-    assert {i["IndexName"] for i in ledger["GlobalSecondaryIndexes"]} >= {"by_day", "by_route"}
+    # decisions are listed from the table's own keys: no index (ADR 0019)
+    assert ledger["KeySchema"] == [{"AttributeName": "pk", "KeyType": "HASH"},
+                                   {"AttributeName": "sk", "KeyType": "RANGE"}]
+    assert not ledger.get("GlobalSecondaryIndexes")
     assert client.describe_table(TableName=f"s-{suffix}")["Table"]["TableStatus"] == "ACTIVE"
 
     # Without botocore (blocked in the child), check names the field and the extra.

@@ -197,7 +197,8 @@ class Instance:
         app = create_app(self.gateway.config, gateway=self.gateway, surfaces=self.surfaces)
         flushed = FlushMiddleware(app, self.flush, self.logger.set_correlation_id,
                                   on_shutdown=self.shutdown,
-                                  before_request=self.gateway.reloader.maybe_reload)
+                                  before_request=self.gateway.reloader.maybe_reload,
+                                  now=self.gateway.clock.now)
         if self.tracer is None:
             return flushed
         return TracingMiddleware(flushed, self.tracer, adopt_trace_header=adopt_trace_header)

@@ -9,6 +9,8 @@ the Lambda Web Adapter: the stream's last chunk waits for the flush, the
 earlier ones do not. A request that ends without a last body message (an
 error, a client gone) is flushed when the app returns.
 
+The request id is issued here, stamped with ``now`` (the gateway's clock,
+so the id carries the request's time: ADR 0019), before the app sees it.
 The correlation id of the instance's logger is the humpyard request id
 (the ``x-humpyard-request-id`` response header) for the duration of the
 request. The id is only known from the app's answer, unless the app adopts
@@ -51,12 +53,14 @@ class FlushMiddleware:
     def __init__(self, app: ASGIApp, flush: Callable[[], Awaitable[None]],
                  set_correlation_id: Callable[[str | None], None] | None = None,
                  on_shutdown: Callable[[], Awaitable[None]] | None = None,
-                 before_request: Callable[[], object] | None = None) -> None:
+                 before_request: Callable[[], object] | None = None,
+                 now: Callable[[], float] | None = None) -> None:
         self.app = app
         self._before = before_request
         self._flush = flush
         self._correlate = set_correlation_id or (lambda _v: None)
         self._on_shutdown = on_shutdown
+        self._now = now  # the gateway's clock: the request id carries its time (ADR 0019)
         self._adopts: bool | None = None  # does the app use the request id it is offered?
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -68,7 +72,7 @@ class FlushMiddleware:
             return
         if self._before is not None:
             self._before()  # e.g. a configuration reload when due
-        rid = new_request_id()
+        rid = new_request_id(self._now() if self._now is not None else None)
         scope.setdefault("state", {})[STATE_KEY] = rid
         self._correlate(rid if self._adopts else None)
         flushed = False

@@ -48,7 +48,7 @@ from humpyard.keys import authenticate
 from humpyard.protocols.openai import validate_chat
 from humpyard.protocols.sse import SSEEvent
 from humpyard.recording import INTERNAL, Recording, recording
-from humpyard.records import Call, Served, new_request_id
+from humpyard.records import Call, Served, issued_at, new_request_id
 
 log = logging.getLogger("humpyard.http")
 
@@ -112,9 +112,10 @@ async def take(gw: Gateway, protocol: ClientProtocol, scope: Scope, receive: Rec
                send: Send) -> None:
     """Serve one client request end to end; see the module docstring."""
     state = scope.get("state")
-    rid = (state.get("humpyard_request_id") if state else None) or new_request_id()
+    now = gw.clock.now()
+    rid = (state.get("humpyard_request_id") if state else None) or new_request_id(now)
     call = Call(request_id=rid, config=gw.config, key=None, headers={}, body={},
-                protocol=protocol.name, ts=gw.clock.now())
+                protocol=protocol.name, ts=issued_at(rid, now))
     watch: ClientWatch | None = None
     try:
         async with recording(gw, call) as rec:

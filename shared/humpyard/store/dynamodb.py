@@ -1,11 +1,12 @@
 """``DynamoDBStore``: the ``Store`` every Lambda instance shares, on two DynamoDB tables.
 
-The layout (keys, GSIs, TTL) is in ``dynamodb_schema`` and
-``docs/decisions/0002-dynamodb-layout.md``; ``create_tables`` builds it for
+The layout (keys, TTL; no index) is in ``dynamodb_schema`` and
+``docs/decisions/0002-dynamodb-layout.md`` (decisions: ADR 0019); ``create_tables`` builds it for
 tests and local emulators, ``template.yaml`` for AWS. The parts:
 
-- ``dynamodb_ledger``: decisions (one conditional put each, two sharded
-  index entries), ``write_batch``, spend, listing over the index shards;
+- ``dynamodb_ledger``: decisions (one conditional put each, keyed by day
+  and shard, no index entry), ``write_batch``, spend, listing over the day
+  shards;
 - ``dynamodb_stats``: stats summed in the instance and flushed as batched
   ``ADD``s;
 - ``dynamodb_state``: overrides (atomic id counter, audited changes) and
@@ -19,10 +20,8 @@ tests and local emulators, ``template.yaml`` for AWS. The parts:
 the overrides' version, spend, latency) — see ``humpyard.shared_state``.
 
 Every read that the contract says must see the last write is strongly
-consistent, except decision listing: GSIs are eventually consistent, so a
-decision may take a moment (typically well under a second) to be listed,
-while ``get_decision`` sees it at once. Stats of this store's own decisions
-count at once; another instance's after its next stats flush.
+consistent, decision listing included (it queries the table itself).
+Stats of this store's own decisions count at once; another instance's after its next stats flush.
 """
 
 from __future__ import annotations
@@ -115,7 +114,7 @@ class DynamoDBStore(DynamoDBLedger, DynamoDBOverrides, DynamoDBQuota, DynamoDBLi
         """Delete what is older than ``before`` (TTL does the same, late); return decisions.
 
         Walks the day partitions back past the TTL horizon, so a purge costs
-        one Query per index shard and day of retention even when there is
+        one Query per decision shard and day of retention even when there is
         nothing to delete.
         """
         decisions = self._purge_ledger(before)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import inspect
 import random
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -39,7 +38,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from humpyard.clock import Clock
+from humpyard.clock import Clock, time_key
 from humpyard.errors import StoreError
 
 Item = dict[str, dict[str, Any]]
@@ -159,9 +158,7 @@ def as_str(item: Item, name: str) -> str | None:
 
 def ts_key(ts: float) -> str:
     """``ts`` as 16 hex digits whose string order is the numeric order (exact, signs too)."""
-    bits = struct.unpack(">Q", struct.pack(">d", float(ts)))[0]
-    bits = bits ^ 0xFFFF_FFFF_FFFF_FFFF if bits >> 63 else bits | (1 << 63)
-    return f"{bits:016x}"
+    return time_key(ts)
 
 
 def int_key(n: int) -> str:

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from humpyard.errors import StoreError
+from humpyard.records import request_time
 from humpyard.store import decisions as dec
 from humpyard.store.base import LedgerBatch
 from humpyard.store.dynamodb import DynamoDBStore
@@ -63,7 +64,7 @@ class BatchedDynamoDBStore(DynamoDBStore):
         for row, decision in zip(rows, batch.decisions, strict=True):
             by_id.setdefault(row.request_id, (row, decision))  # a batch names an item once
         try:
-            known = self._recorded(list(by_id))
+            known = self._recorded([row for row, _ in by_id.values()])
         except StoreError as exc:
             raise LedgerWriteError(f"{len(batch)} ledger writes failed: {exc}",
                                    batch) from exc
@@ -97,19 +98,22 @@ class BatchedDynamoDBStore(DynamoDBStore):
             raise LedgerWriteError(f"{len(unwritten)} of {len(batch)} ledger writes failed: "
                                    f"{failure}", unwritten) from failure
 
-    def _recorded(self, request_ids: list[str]) -> set[str]:
-        """The request ids among ``request_ids`` whose decision is stored (strongly
+    def _recorded(self, rows: list[dec.DecisionRow]) -> set[str]:
+        """The request ids among ``rows`` whose decision is stored (strongly
         consistent ``BatchGetItem``s of the keys alone, 100 a call)."""
-        found: set[str] = set()
+        # An id without its time (not one the gateway issued): its key depends on ts,
+        # so it is looked for among its shard's newest decisions (ADR 0019).
+        found = {r.request_id for r in rows
+                 if request_time(r.request_id) is None and self._find_foreign(r.request_id)}
         table = self.ledger_table
-        for start in range(0, len(request_ids), MAX_BATCH_GET):
-            keys = [decision_key(rid) for rid in request_ids[start:start + MAX_BATCH_GET]]
+        for start in range(0, len(rows), MAX_BATCH_GET):
+            keys = [decision_key(r.request_id, r.ts) for r in rows[start:start + MAX_BATCH_GET]]
             request: dict[str, Any] = {table: {"Keys": keys, "ConsistentRead": True,
-                                               "ProjectionExpression": "pk"}}
+                                               "ProjectionExpression": "sk"}}
             for attempt in range(1, self._max_attempts + 2):
                 answer = self._call("batch_get_item", RequestItems=request)
                 for item in answer.get("Responses", {}).get(table, []):
-                    found.add(item["pk"]["S"][len("decision#"):])
+                    found.add(item["sk"]["S"].partition("#")[2])  # <time key>#<request id>
                 request = answer.get("UnprocessedKeys") or {}
                 if not request:
                     break
@@ -126,7 +130,7 @@ class BatchedDynamoDBStore(DynamoDBStore):
         requests = []
         for row in rows:
             item = self._decision_item(row)
-            ids[item["pk"]["S"]] = row.request_id
+            ids[item["pk"]["S"], item["sk"]["S"]] = row.request_id
             requests.append({"PutRequest": {"Item": item}})
         pending: dict[str, Any] = {table: requests}
         for attempt in range(1, self._max_attempts + 2):
@@ -136,7 +140,8 @@ class BatchedDynamoDBStore(DynamoDBStore):
                 return set()
             if attempt <= self._max_attempts:
                 self._sleep(self._backoff(attempt))
-        return {ids[r["PutRequest"]["Item"]["pk"]["S"]] for r in pending[table]}
+        return {ids[r["PutRequest"]["Item"]["pk"]["S"], r["PutRequest"]["Item"]["sk"]["S"]]
+                for r in pending[table]}
 
     def close(self) -> None:
         """Run ``before_close`` (failures are logged), then ``DynamoDBStore.close``."""

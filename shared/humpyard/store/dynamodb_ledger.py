@@ -1,22 +1,28 @@
 """The ``LedgerStore`` half of ``DynamoDBStore``: decisions, spend, listing and purge.
 
-A decision is one conditional ``PutItem`` (``attribute_not_exists(pk)``, so
-a request id is recorded once) of an item kept small: the body as JSON, or
-zlib-compressed when that is shorter than ``COMPRESS_OVER`` bytes of JSON
-allow, plus the few fields listing filters on. The item carries the keys of
-two sparse GSIs and no others (``dynamodb_schema``):
+A decision is ONE item and no index entry (ADR 0019): a conditional
+``PutItem`` (``attribute_not_exists(pk)``, so a request id is recorded once)
+keyed for listing by the table's own keys::
 
-- ``by_day``: ``g_all`` = ``<YYYY-MM-DD>#<ok|x>#<shard>`` — every decision,
-  split by outcome class (``ok`` or anything else) and write-sharded;
-- ``by_route``: ``g_route`` = ``<route>#<YYYY-MM-DD>#<shard>`` — decisions
-  with a route.
+    pk = decision#<YYYY-MM-DD>#<shard>     sk = <time key>#<request id>
 
-The shard is ``crc32(request id) % INDEX_SHARDS``, so no index partition
-takes more than a quarter of a day's decisions (of one class, or of one
-route). Listing walks the day partitions newest first and, per day, queries
-every shard of the chosen index and merges them: ``?route=`` on
-``by_route``; anything else on ``by_day`` (``?outcome=`` only the class it
-belongs to), with ``rule``, ``key_id`` and ``outcome`` as filters.
+The time is the one the request id carries (``records.request_time``: every
+id the gateway issues starts with its time), so ``get_decision`` is one
+``GetItem`` and a repeated id lands on the same key; an id that carries no
+time (one written by a test, or by hand) is keyed by the decision's ``ts``
+and found, and checked for repeats, by a bounded walk of its shard
+(``FOREIGN_WALK_ITEMS``). The shard is ``crc32(request id) %
+DECISION_SHARDS``, so no partition takes more than a quarter of a day's
+decisions. The item holds the body as JSON, or zlib-compressed when that is
+shorter than ``COMPRESS_OVER`` bytes of JSON allow, and the four fields
+listing filters on (``route``, ``rule``, ``outcome``, ``key_id``).
+
+Listing walks the day partitions newest first and, per day, queries every
+shard (strongly consistent, sorted on ``sk``) and merges them, the filters
+evaluated by DynamoDB (``FilterExpression``). A page examines at most
+``LIST_EXAMINED_ITEMS`` items: when a rare filter has not filled the page by
+then, the page comes back short with a cursor where the walk stopped, so no
+listing call reads more than that, however large the table.
 
 Stats are not written with the decision (``dynamodb_stats``); spend is one
 ``ADD`` per key and period. Nothing here ever scans.
@@ -27,14 +33,17 @@ from __future__ import annotations
 import json
 import logging
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from humpyard.clock import key_time
 from humpyard.errors import ConflictError, StoreError
+from humpyard.records import request_time
 from humpyard.store import decisions as dec
 from humpyard.store.base import LedgerBatch
 from humpyard.store.dynamodb_base import (
     CLOCK_SKEW_SECS,
+    DAY,
     ConditionFailed,
     Item,
     N,
@@ -46,27 +55,27 @@ from humpyard.store.dynamodb_base import (
     key_of,
     ts_key,
 )
-from humpyard.store.dynamodb_schema import (
-    ROUTE_INDEX,
-    SORT_ATTRIBUTE,
-    TIME_INDEX,
-    TTL_ATTRIBUTE,
-)
+from humpyard.store.dynamodb_schema import TTL_ATTRIBUTE
 from humpyard.store.dynamodb_stats import DynamoDBStats
 from humpyard.store.rows import check_usd
 
 logger = logging.getLogger("humpyard.store")
 
-INDEX_SHARDS = 4
+DECISION_SHARDS = 4
 COMPRESS_OVER = 512
 """A body of more bytes of JSON than this is stored compressed (``bodyz``, binary)."""
+LIST_EXAMINED_ITEMS = 5000
+"""At most this many decisions are read for one page of a listing (about 3 MB, 800 read
+units); a page that needs more comes back short, with a cursor."""
+FOREIGN_WALK_ITEMS = 2000
+"""How many of its shard's newest decisions an id that carries no time is looked for in."""
 
-OK_CLASS, OTHER_CLASS = "ok", "x"
 SPEND_TTL_SECS = 400 * 86_400
-_FILTERS = ("rule", "outcome", "key_id")
+_FILTERS = ("route", "rule", "outcome", "key_id")
 
 
-def decision_key(request_id: str) -> Item:
+def legacy_decision_key(request_id: str) -> Item:
+    """Where the previous layout kept a decision (read by id until its TTL removes it)."""
     return {"pk": S(f"decision#{request_id}"), "sk": S("decision")}
 
 
@@ -75,20 +84,21 @@ def spend_key(key_id: str, period: str) -> Item:
 
 
 def shard_of(request_id: str) -> int:
-    """The index shard of a decision: stable, and even over request ids."""
-    return zlib.crc32(request_id.encode()) % INDEX_SHARDS
+    """The shard of a decision: stable, and even over request ids."""
+    return zlib.crc32(request_id.encode()) % DECISION_SHARDS
 
 
-def outcome_class(outcome: str | None) -> str:
-    return OK_CLASS if outcome == "ok" else OTHER_CLASS
+def partition(day: int, shard: int) -> str:
+    return f"decision#{day_label(day)}#{shard}"
 
 
-def time_partition(day: int, klass: str, shard: int) -> str:
-    return f"{day_label(day)}#{klass}#{shard}"
-
-
-def route_partition(route: str, day: int, shard: int) -> str:
-    return f"{route}#{day_label(day)}#{shard}"
+def decision_key(request_id: str, ts: float) -> Item:
+    """The key of a decision: its id's time when the id carries one, else ``ts``."""
+    when = request_time(request_id)
+    if when is None:
+        when = ts
+    return {"pk": S(partition(day_of(when), shard_of(request_id))),
+            "sk": S(f"{ts_key(when)}#{request_id}")}
 
 
 def body_of(item: Item) -> dict[str, Any]:
@@ -101,6 +111,12 @@ def body_of(item: Item) -> dict[str, Any]:
     return found
 
 
+def _position(sort: str) -> tuple[float, str]:
+    """(time, request id) of a sort key."""
+    stamp, _, rid = sort.partition("#")
+    return key_time(stamp), rid
+
+
 class LedgerWriteError(StoreError):
     """``write_batch`` could not write everything; ``unwritten`` is what is missing."""
 
@@ -109,21 +125,14 @@ class LedgerWriteError(StoreError):
         self.unwritten = unwritten
 
 
-@dataclass(frozen=True, slots=True)
-class _Listed:
-    sort: str  # the g_sk: "<ts key>#<request id>", ordered like (ts, request_id)
-    ts: float
-    request_id: str
-
-
 @dataclass
-class _Listing:
-    """Which index a listing walks, its partitions per day, and the filters left over."""
+class _Shard:
+    """One shard of one day being listed: where its walk stands."""
 
-    index: str
-    attr: str
-    partitions: Any  # day -> list of partition values
-    filters: dict[str, str] = field(default_factory=dict)
+    pk: str
+    start: Item | None = None  # ExclusiveStartKey of its next page
+    done: bool = False
+    low: str | None = None  # the sort key of the oldest item examined so far
 
 
 class DynamoDBLedger(DynamoDBStats):
@@ -166,6 +175,8 @@ class DynamoDBLedger(DynamoDBStats):
 
     def _put_decision(self, row: dec.DecisionRow) -> bool:
         """Write the decision item; False when its request id is already recorded."""
+        if request_time(row.request_id) is None and self._find_foreign(row.request_id):
+            return False  # an id without its time: its key depends on ts, so look first
         try:
             self._call("put_item", TableName=self.ledger_table, Item=self._decision_item(row),
                        ConditionExpression="attribute_not_exists(pk)")
@@ -174,17 +185,8 @@ class DynamoDBLedger(DynamoDBStats):
         return True
 
     def _decision_item(self, row: dec.DecisionRow) -> Item:
-        day = day_of(row.ts)
-        shard = shard_of(row.request_id)
-        item: Item = {
-            **decision_key(row.request_id), "ts": N(row.ts),
-            TTL_ATTRIBUTE: self._expiry(row.ts),
-            SORT_ATTRIBUTE: S(f"{ts_key(row.ts)}#{row.request_id}"),
-            TIME_INDEX[1]: S(time_partition(day, outcome_class(row.outcome), shard)),
-        }
-        if row.route is not None:
-            item["route"] = S(row.route)
-            item[ROUTE_INDEX[1]] = S(route_partition(row.route, day, shard))
+        item: Item = {**decision_key(row.request_id, row.ts),
+                      TTL_ATTRIBUTE: self._expiry(row.ts)}
         for name in _FILTERS:
             value = getattr(row, name)
             if value is not None:
@@ -205,40 +207,66 @@ class DynamoDBLedger(DynamoDBStats):
     ) -> tuple[list[dict[str, Any]], str | None]:
         limit = dec.page_limit(limit)
         after = dec.decode_cursor(cursor) if cursor else None
-        listing = _listing(route, rule, outcome, key_id)
+        filters = {name: value for name, value in (("route", route), ("rule", rule),
+                                                   ("outcome", outcome), ("key_id", key_id))
+                   if value is not None}
         now = self._clock.now()
         newest = day_of(after[0]) if after else day_of(now + CLOCK_SKEW_SECS)
         oldest = day_of(since) if since is not None else day_of(now - self.retention_secs) - 1
         upper = f"{ts_key(after[0])}#{after[1]}" if after else None
         lower = ts_key(since) if since is not None else None
-        found: list[_Listed] = []
         if upper is not None and lower is not None and lower > upper:
-            oldest = newest + 1  # the cursor is older than ``since``: nothing left
+            return [], None  # the cursor is older than ``since``: nothing left
+        found: list[tuple[str, Item]] = []
+        budget = LIST_EXAMINED_ITEMS
         for day in range(newest, oldest - 1, -1):
-            want = limit + 1 - len(found)
-            merged: list[_Listed] = []
-            for pk in listing.partitions(day):
-                merged += self._index_page(listing, pk, upper, lower, want)
-            merged.sort(key=lambda e: e.sort, reverse=True)
-            found += merged[:want]
+            if budget <= 0:  # the walk stops between two days
+                return _page(found), dec.encode_cursor((day + 1) * DAY, "")
+            matched, stopped, budget = self._list_day(day, filters, upper, lower,
+                                                      limit + 1 - len(found), budget)
+            found += matched
             if len(found) > limit:
                 break
+            if stopped is not None:  # the walk stops inside this day
+                return _page(found), dec.encode_cursor(*_position(stopped))
         page = found[:limit]
-        bodies = self._bodies([f.request_id for f in page])
-        decisions = [bodies[f.request_id] for f in page if f.request_id in bodies]
         more = len(found) > limit
-        return decisions, dec.encode_cursor(page[-1].ts, page[-1].request_id) if more else None
+        return _page(page), dec.encode_cursor(*_position(page[-1][0])) if more else None
 
-    def _index_page(self, listing: _Listing, pk: str, upper: str | None, lower: str | None,
-                    want: int) -> list[_Listed]:
-        """Up to ``want`` entries of one partition, newest first, ``lower <= g_sk < upper``."""
-        names = {"#p": listing.attr}
-        values: dict[str, Any] = {":p": S(pk)}
+    def _list_day(self, day: int, filters: dict[str, str], upper: str | None,
+                  lower: str | None, want: int, budget: int,
+                  ) -> tuple[list[tuple[str, Item]], str | None, int]:
+        """The newest ``want`` matches of one day, newest first, reading at most ``budget``
+        items: (matches, None, budget left), or, when the budget ran out first, (every
+        match at or above the stopping point, the stopping point, 0). The stopping point
+        is the sort key above which every shard has been read."""
+        shards = [_Shard(partition(day, s)) for s in range(DECISION_SHARDS)]
+        matches: list[tuple[str, Item]] = []
+        size = want if not filters else min(max(want * 4, 100), 1000)
+        while True:
+            running = [sh for sh in shards if not sh.done]
+            for sh in running:
+                limit = max(1, min(size, budget // len(running)))
+                budget -= self._list_page(sh, filters, upper, lower, limit, matches)
+            running = [sh for sh in shards if not sh.done]
+            frontier = max((sh.low or "") for sh in running) if running else ""
+            final = sorted((m for m in matches if m[0] >= frontier), reverse=True)
+            if not running or len(final) >= want:
+                return final[:want], None, max(0, budget)
+            if budget <= 0:
+                return final, frontier, 0
+
+    def _list_page(self, shard: _Shard, filters: dict[str, str], upper: str | None,
+                   lower: str | None, limit: int, matches: list[tuple[str, Item]]) -> int:
+        """Read one page of ``shard`` (newest first, ``lower <= sk < upper``), add what
+        matched to ``matches``; the number of items read."""
+        names = {"#p": "pk"}
+        values: dict[str, Any] = {":p": S(shard.pk)}
         cond = "#p = :p"
         if upper is not None or lower is not None:
-            names["#s"] = SORT_ATTRIBUTE
+            names["#s"] = "sk"
         if upper is not None and lower is not None:
-            cond += " AND #s BETWEEN :lo AND :up"  # inclusive: the cursor's own entry is dropped
+            cond += " AND #s BETWEEN :lo AND :up"  # inclusive: the cursor's own item is dropped
             values.update({":lo": S(lower), ":up": S(upper)})
         elif upper is not None:
             cond += " AND #s < :up"
@@ -246,36 +274,75 @@ class DynamoDBLedger(DynamoDBStats):
         elif lower is not None:
             cond += " AND #s >= :lo"
             values[":lo"] = S(lower)
-        kwargs: dict[str, Any] = {"TableName": self.ledger_table, "IndexName": listing.index,
-                                  "KeyConditionExpression": cond, "ScanIndexForward": False,
-                                  "Limit": want}
-        if listing.filters:
+        kwargs: dict[str, Any] = {"TableName": self.ledger_table, "KeyConditionExpression": cond,
+                                  "ScanIndexForward": False, "ConsistentRead": True,
+                                  "Limit": limit}
+        if filters:
             clauses = []
-            for i, (name, value) in enumerate(sorted(listing.filters.items())):
+            for i, (name, value) in enumerate(sorted(filters.items())):
                 names[f"#f{i}"] = name
                 values[f":f{i}"] = S(value)
                 clauses.append(f"#f{i} = :f{i}")
             kwargs["FilterExpression"] = " AND ".join(clauses)
-            kwargs["Limit"] = min(max(want * 4, 100), 1000)
+        if shard.start is not None:
+            kwargs["ExclusiveStartKey"] = shard.start
         kwargs.update(ExpressionAttributeNames=names, ExpressionAttributeValues=values)
-        out: list[_Listed] = []
-        for item in self._query(**kwargs):
-            sort = as_str(item, SORT_ATTRIBUTE) or ""
-            if sort == upper:
-                continue
-            out.append(_Listed(sort, as_float(item, "ts"), sort.split("#", 1)[1]))
-            if len(out) >= want:
-                break
-        return out
-
-    def _bodies(self, request_ids: list[str]) -> dict[str, dict[str, Any]]:
-        items = self._batch_get(self.ledger_table, [decision_key(r) for r in request_ids])
-        return {(as_str(i, "pk") or "").split("#", 1)[1]: body_of(i) for i in items}
+        page = self._call("query", **kwargs)
+        items = page.get("Items", [])
+        for item in items:
+            sort = as_str(item, "sk") or ""
+            if sort != upper:
+                matches.append((sort, item))
+        last = page.get("LastEvaluatedKey")
+        shard.start = last or None
+        shard.done = not last
+        if last:
+            shard.low = as_str(last, "sk")
+        return int(page.get("ScannedCount", len(items)))
 
     def get_decision(self, request_id: str) -> dict[str, Any] | None:
+        when = request_time(request_id)
+        if when is not None:  # one of the gateway's ids: it says where the decision is
+            found = self._call("get_item", TableName=self.ledger_table,
+                               Key=decision_key(request_id, when), ConsistentRead=True).get("Item")
+            return None if found is None else body_of(found)
         found = self._call("get_item", TableName=self.ledger_table,
-                           Key=decision_key(request_id), ConsistentRead=True).get("Item")
+                           Key=legacy_decision_key(request_id), ConsistentRead=True).get("Item")
+        if found is None:
+            found = self._find_foreign(request_id)
         return None if found is None else body_of(found)
+
+    def _find_foreign(self, request_id: str) -> Item | None:
+        """The decision of an id that carries no time: looked for among the newest
+        ``FOREIGN_WALK_ITEMS`` decisions of its shard, newest day first."""
+        shard = shard_of(request_id)
+        now = self._clock.now()
+        budget = FOREIGN_WALK_ITEMS
+        suffix = f"#{request_id}"
+        for day in range(day_of(now + CLOCK_SKEW_SECS), day_of(now - self.retention_secs) - 2,
+                         -1):
+            start: Item | None = None
+            while budget > 0:
+                kwargs: dict[str, Any] = {
+                    "TableName": self.ledger_table, "KeyConditionExpression": "#p = :p",
+                    "ExpressionAttributeNames": {"#p": "pk"},
+                    "ExpressionAttributeValues": {":p": S(partition(day, shard))},
+                    "ScanIndexForward": False, "ConsistentRead": True,
+                    "Limit": min(budget, 500)}
+                if start is not None:
+                    kwargs["ExclusiveStartKey"] = start
+                page = self._call("query", **kwargs)
+                items = page.get("Items", [])
+                budget -= max(1, len(items))
+                for item in items:
+                    if (as_str(item, "sk") or "").endswith(suffix):
+                        return item
+                start = page.get("LastEvaluatedKey")
+                if not start:
+                    break
+            if budget <= 0:
+                return None
+        return None
 
     # -- spend ----------------------------------------------------------------------
 
@@ -313,32 +380,18 @@ class DynamoDBLedger(DynamoDBStats):
         now = self._clock.now()
         newest = day_of(min(before, now + CLOCK_SKEW_SECS))
         horizon = min(before, now) - self.retention_secs - 3 * 86_400
-        index, attr = TIME_INDEX
         keys: list[Item] = []
         for day in range(newest, day_of(horizon) - 1, -1):
-            for pk in _time_partitions(day, (OK_CLASS, OTHER_CLASS)):
+            for shard in range(DECISION_SHARDS):
                 keys += [key_of(i) for i in self._query(
-                    TableName=self.ledger_table, IndexName=index,
-                    KeyConditionExpression="#p = :p AND #s < :c",
-                    ExpressionAttributeNames={"#p": attr, "#s": SORT_ATTRIBUTE},
-                    ExpressionAttributeValues={":p": S(pk), ":c": S(ts_key(before))})]
+                    TableName=self.ledger_table, KeyConditionExpression="#p = :p AND #s < :c",
+                    ProjectionExpression="#p, #s",
+                    ExpressionAttributeNames={"#p": "pk", "#s": "sk"},
+                    ExpressionAttributeValues={":p": S(partition(day, shard)),
+                                               ":c": S(ts_key(before))})]
         self._delete_keys(self.ledger_table, keys)
         return len(keys)
 
 
-def _time_partitions(day: int, classes: tuple[str, ...]) -> list[str]:
-    return [time_partition(day, k, s) for k in classes for s in range(INDEX_SHARDS)]
-
-
-def _listing(route: str | None, rule: str | None, outcome: str | None,
-             key_id: str | None) -> _Listing:
-    """The index and partitions a listing with these filters reads, and its filters."""
-    filters = {name: value for name, value in
-               (("rule", rule), ("outcome", outcome), ("key_id", key_id)) if value is not None}
-    if route is not None:
-        return _Listing(*ROUTE_INDEX, lambda day: [route_partition(route, day, s)
-                                                   for s in range(INDEX_SHARDS)], filters)
-    classes = (OK_CLASS, OTHER_CLASS) if outcome is None else (outcome_class(outcome),)
-    if outcome == OK_CLASS:
-        del filters["outcome"]  # the ok partitions hold nothing else
-    return _Listing(*TIME_INDEX, lambda day: _time_partitions(day, classes), filters)
+def _page(found: list[tuple[str, Item]]) -> list[dict[str, Any]]:
+    return [body_of(item) for _, item in found]

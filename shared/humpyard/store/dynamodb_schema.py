@@ -23,16 +23,26 @@ pk                      sk                         holds
 ``spend#<key id>``      period label               ``usd``
 ======================  =========================  ==========================================
 
-Ledger table (``HUMPYARD_LEDGER_TABLE``): decisions (``decision#<request id>``
-/ ``decision``), quota history (``quotahist`` / time key), the newest
-sample per window (``quotalast`` / ``["provider","window"]``) and the
-override audit (``audit`` / time key). A decision carries the keys of two
-sparse GSIs (``TIME_INDEX`` and ``ROUTE_INDEX``), both sorted on ``g_sk`` =
-``<ts as 16 sortable hex digits>#<request id>`` and projecting (INCLUDE)
-``ts``, ``route``, ``rule``, ``outcome``, ``key_id`` so filters are
-evaluated in the index; bodies come from the table. ``by_rule``,
-``by_outcome`` and ``by_key`` are declared but no longer written (a sparse
-GSI without entries costs nothing); they go when the template drops them.
+Ledger table (``HUMPYARD_LEDGER_TABLE``), no index:
+
+======================================  ======================================  ================
+pk                                      sk                                      holds
+======================================  ======================================  ================
+``decision#<YYYY-MM-DD>#<shard>``       ``<time key>#<request id>``             a decision
+``quotahist``                           time key                                quota history
+``quotalast``                           ``["provider","window"]``               newest sample
+``audit``                               time key                                override audit
+======================================  ======================================  ================
+
+A decision is keyed by its request id alone (``dynamodb_ledger``): the day and
+the 16-hex time key are the time the id carries (``records.request_time``),
+or the decision's ``ts`` for an id that carries none; the shard is
+``crc32(request id) % DECISION_SHARDS``. Listing queries a day's shards and
+filters on ``route``, ``rule``, ``outcome`` and ``key_id``, attributes of the
+item. ``LEGACY_INDEXES`` are the five GSIs of the previous layout: nothing
+reads or writes them; the template declares as many of them as its
+``LedgerLegacyIndexes`` parameter says, so an existing stack sheds them one
+per deploy (docs/deploy.md, "Upgrading the ledger layout").
 """
 
 from __future__ import annotations
@@ -42,20 +52,9 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 TTL_ATTRIBUTE = "ttl"
-SORT_ATTRIBUTE = "g_sk"
-INDEX_PROJECTION = ("ts", "route", "rule", "outcome", "key_id")
 
-TIME_INDEX = ("by_day", "g_all")
-"""(GSI, partition attribute) of every decision: ``<YYYY-MM-DD>#<ok|x>#<shard>``."""
-ROUTE_INDEX = ("by_route", "g_route")
-"""(GSI, partition attribute) of decisions with a route: ``<route>#<YYYY-MM-DD>#<shard>``."""
-RETIRED_INDEXES = (("by_rule", "g_rule"), ("by_outcome", "g_outcome"), ("by_key", "g_key"))
-"""Declared for the template's sake, never written since the sharded layout."""
-
-DECISION_INDEXES: tuple[tuple[str, str], ...] = (TIME_INDEX, RETIRED_INDEXES[0],
-                                                 RETIRED_INDEXES[1], ROUTE_INDEX,
-                                                 RETIRED_INDEXES[2])
-"""Every GSI of the ledger table as (name, partition attribute), in declaration order."""
+LEGACY_INDEXES = ("by_day", "by_rule", "by_outcome", "by_route", "by_key")
+"""The previous layout's GSIs, in the template's order (ADR 0019): no longer written or read."""
 
 _KEYS = [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]
 _KEY_TYPES = [{"AttributeName": "pk", "AttributeType": "S"},
@@ -70,19 +69,10 @@ STATE_TABLE: dict[str, Any] = {
 
 LEDGER_TABLE: dict[str, Any] = {
     "KeySchema": _KEYS,
-    "AttributeDefinitions": [*_KEY_TYPES, {"AttributeName": SORT_ATTRIBUTE, "AttributeType": "S"},
-                             *({"AttributeName": attr, "AttributeType": "S"}
-                               for _, attr in DECISION_INDEXES)],
-    "GlobalSecondaryIndexes": [
-        {"IndexName": name,
-         "KeySchema": [{"AttributeName": attr, "KeyType": "HASH"},
-                       {"AttributeName": SORT_ATTRIBUTE, "KeyType": "RANGE"}],
-         "Projection": {"ProjectionType": "INCLUDE",
-                        "NonKeyAttributes": list(INDEX_PROJECTION)}}
-        for name, attr in DECISION_INDEXES],
+    "AttributeDefinitions": _KEY_TYPES,
     "BillingMode": "PAY_PER_REQUEST",
 }
-"""``CreateTable`` arguments of the ledger table (add ``TableName``)."""
+"""``CreateTable`` arguments of the ledger table (add ``TableName``): no index."""
 
 
 def create_tables(client: Any, state_table: str, ledger_table: str) -> None:

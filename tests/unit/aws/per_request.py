@@ -94,7 +94,8 @@ class LambdaInstance:
         self.instance = Instance(env=env, gateway=self.gw,
                                  logger=logging.getLogger("tests.lambda"),  # type: ignore[arg-type]
                                  stdout=io.StringIO())
-        app = FlushMiddleware(create_app(self.gw.config, gateway=self.gw), self.instance.flush)
+        app = FlushMiddleware(create_app(self.gw.config, gateway=self.gw), self.instance.flush,
+                              now=clock.now)
         self.http = TestClient(app)
 
     def request(self, model: str = "auto") -> None:

@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 
 from humpyard.clock import FakeClock
+from humpyard.ledger.sampling import DEFAULT_PER_MINUTE
+from tests.unit.aws.moto_support import LEDGER
 from tests.unit.aws.per_request import BUDGETED, UNBUDGETED, LambdaInstance, measure, report, start
 
 
@@ -35,7 +37,7 @@ def instances(client: Any, clock: FakeClock, tmp_path: Path) -> Iterator[Any]:
         inst.close()
 
 
-def test_a_warm_request_costs_one_read_and_at_most_two_items(instances: Any,
+def test_a_warm_request_costs_one_read_and_one_write_unit(instances: Any,
                                                              clock: FakeClock) -> None:
     inst = instances(UNBUDGETED)
     cost = measure(inst, clock, 100, 1.1)
@@ -44,8 +46,9 @@ def test_a_warm_request_costs_one_read_and_at_most_two_items(instances: Any,
     assert cost["calls"]["BatchGetItem"] == 100  # the state: one read, every request
     assert "Query" not in cost["calls"] and "TransactWriteItems" not in cost["calls"]
     assert cost["calls"]["PutItem"] == 100  # the decision
-    assert cost["items"] <= 2.0
-    assert cost["units"] <= 3.5  # decision ≤ 1 KB + two index entries + the shared flushes
+    assert cost["items"] <= 1.1
+    assert cost["index_units"] == 0  # the decision is one item, keyed for listing: no index
+    assert cost["units"] <= 1.1  # the decision (≤ 1 KB) + the shared flushes, amortised
 
 
 def test_a_budgeted_key_adds_its_spend_and_nothing_else(instances: Any,
@@ -58,7 +61,8 @@ def test_a_budgeted_key_adds_its_spend_and_nothing_else(instances: Any,
     updates = cost["calls"]["UpdateItem"]
     assert 100 < updates <= 100 + 30  # one spend ADD each, stats and latency amortised
     assert cost["items"] <= 2.3
-    assert cost["units"] <= 4.5
+    assert cost["index_units"] == 0
+    assert cost["units"] <= 2.3
 
 
 def test_at_eight_requests_a_second_the_state_is_read_ahead(instances: Any,
@@ -89,3 +93,25 @@ def test_an_idle_instance_waits_for_one_read(instances: Any, clock: FakeClock) -
     report("a minute apart", cost)
     assert cost["calls"]["BatchGetItem"] == 5
     assert cost["reads"] == 1.0
+
+
+def test_a_thousand_wrong_keys_write_the_sampled_few_and_count_all(
+        instances: Any, clock: FakeClock) -> None:
+    # A user-written configuration (no refused_per_minute): on Lambda, junk traffic is
+    # sampled by default (ledger/sampling.py), so it costs a few items, not one each.
+    inst = instances(UNBUDGETED)
+    assert inst.gw.config.refused_per_minute == DEFAULT_PER_MINUTE
+    inst.writes.reset()
+    started = clock.monotonic()
+    for _ in range(1000):
+        clock.advance(0.01)  # 100 a second for 10 s
+        r = inst.http.post("/v1/chat/completions", headers={"authorization": "Bearer nope"},
+                           json={"model": "auto", "messages": [{"role": "user", "content": "x"}]})
+        assert r.status_code == 401
+    elapsed = clock.monotonic() - started
+    allowed = DEFAULT_PER_MINUTE + elapsed * DEFAULT_PER_MINUTE / 60  # the burst, the refill
+    decisions = [w for w in inst.writes.writes
+                 if w.table == LEDGER and w.partition.startswith("decision#")]
+    assert 1 <= len(decisions) <= allowed
+    assert inst.writes.calls["PutItem"] == len(decisions)
+    assert inst.gw.metrics.refused.value(reason="invalid_api_key") == 1000  # every one counted

@@ -15,12 +15,19 @@ import pytest
 from humpyard.clock import FakeClock, SystemClock
 from humpyard.errors import ConflictError, StoreError
 from humpyard.planning.types import Override
+from humpyard.records import new_request_id
 from humpyard.store.base import LedgerBatch
 from humpyard.store.dynamodb import DynamoDBStore, create_tables
 from humpyard.store.dynamodb_base import blocking_sleep, ts_key
 from humpyard.store.dynamodb_calls import CallCounter, count_calls
-from humpyard.store.dynamodb_ledger import INDEX_SHARDS, LedgerWriteError
-from humpyard.store.dynamodb_schema import DECISION_INDEXES, TTL_ATTRIBUTE
+from humpyard.store.dynamodb_ledger import (
+    DECISION_SHARDS,
+    LIST_EXAMINED_ITEMS,
+    LedgerWriteError,
+    decision_key,
+    shard_of,
+)
+from humpyard.store.dynamodb_schema import TTL_ATTRIBUTE
 from humpyard.store.dynamodb_stats import STATS_SHARDS
 from tests.unit.aws.moto_support import LEDGER, STATE, Failing, Recorder
 
@@ -58,11 +65,7 @@ def test_create_tables_builds_the_documented_layout(client: Any) -> None:
     assert ledger["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
     assert [(k["AttributeName"], k["KeyType"]) for k in ledger["KeySchema"]] == [
         ("pk", "HASH"), ("sk", "RANGE")]
-    indexes = {i["IndexName"]: i for i in ledger["GlobalSecondaryIndexes"]}
-    assert set(indexes) == {"by_day", "by_rule", "by_outcome", "by_route", "by_key"}
-    for name, attr in DECISION_INDEXES:
-        assert [k["AttributeName"] for k in indexes[name]["KeySchema"]] == [attr, "g_sk"]
-        assert indexes[name]["Projection"]["ProjectionType"] == "INCLUDE"
+    assert not ledger.get("GlobalSecondaryIndexes")  # a decision is one item (ADR 0019)
     for table in (STATE, LEDGER):
         ttl = client.describe_time_to_live(TableName=table)["TimeToLiveDescription"]
         assert (ttl["TimeToLiveStatus"], ttl["AttributeName"]) == ("ENABLED", TTL_ATTRIBUTE)
@@ -71,12 +74,16 @@ def test_create_tables_builds_the_documented_layout(client: Any) -> None:
 
 def test_a_decision_is_one_conditional_put_and_its_stats_wait(store: DynamoDBStore,
                                                                counted: CallCounter) -> None:
-    store.append_decision(decision("r1", T0))
+    rid = new_request_id(T0)
+    store.append_decision(decision(rid, T0))
     assert counted.delta() == {"PutItem": 1}
     with pytest.raises(ConflictError):
-        store.append_decision(decision("r1", T0))
+        store.append_decision(decision(rid, T0 + 1, route="other"))  # the same key
     assert counted.delta() == {"PutItem": 1}
     assert [g["requests"] for g in store.stats("route", T0, T0 + 3600)] == [1]  # pending
+    counted.delta()
+    assert store.get_decision(rid) == decision(rid, T0)
+    assert counted.delta() == {"GetItem": 1}  # the id says where it is
 
 
 def test_stats_are_summed_in_the_instance_and_flushed_as_one_add_per_group(
@@ -86,14 +93,14 @@ def test_stats_are_summed_in_the_instance_and_flushed_as_one_add_per_group(
     reader = DynamoDBStore(STATE, LEDGER, clock=clock, client=client)
     for i in range(30):
         clock.advance(1.0)
-        writer.append_decision(decision(f"r{i}", T0 + i, latency_ms=100.0 + i))
+        writer.append_decision(decision(new_request_id(T0 + i), T0 + i, latency_ms=100.0 + i))
     assert writer_calls.delta() == {"PutItem": 30}  # 30 s: no flush due yet
     assert reader.stats("route", T0, T0 + 3600) == []  # not flushed: this instance only
     assert writer.stats("route", T0, T0 + 3600)[0]["requests"] == 30
     writer_calls.delta()
 
     clock.advance(30.0)
-    writer.append_decision(decision("r30", T0 + 30))
+    writer.append_decision(decision(new_request_id(T0 + 30), T0 + 30))
     # route, key, target, provider of one hour, and the key's route, target and
     # provider (aggregates.SCOPED): seven ADDs for 31 decisions
     assert writer_calls.delta() == {"PutItem": 1, "UpdateItem": 7}
@@ -102,7 +109,7 @@ def test_stats_are_summed_in_the_instance_and_flushed_as_one_add_per_group(
     assert reader.stats("route", T0, T0 + 3600) == writer.stats("route", T0, T0 + 3600)
     writer_calls.delta()
 
-    writer.append_decision(decision("r31", T0 + 31))
+    writer.append_decision(decision(new_request_id(T0 + 31), T0 + 31))
     writer.close()  # the instance's last flush
     assert writer_calls.delta() == {"PutItem": 1, "UpdateItem": 7}
     assert reader.stats("key", T0, T0 + 3600)[0]["requests"] == 32
@@ -112,7 +119,7 @@ def test_with_no_flush_interval_stats_are_written_with_each_decision(
         client: Any, clock: FakeClock) -> None:
     counted = count_calls(client)
     store = DynamoDBStore(STATE, LEDGER, clock=clock, client=counted, stats_flush_secs=0)
-    store.append_decision(decision("r1", T0))
+    store.append_decision(decision(new_request_id(T0), T0))
     assert counted.delta() == {"PutItem": 1, "UpdateItem": 7}
     assert store.pending_stats == 0
 
@@ -143,14 +150,16 @@ def test_a_failed_stats_flush_keeps_them_for_the_next(client: Any, clock: FakeCl
 
 def test_write_batch_puts_each_decision_once_and_adds_spend(store: DynamoDBStore,
                                                             counted: CallCounter) -> None:
-    store.write_batch(LedgerBatch([decision("a", T0), decision("b", T0 + 1)],
+    a, b, c = (new_request_id(T0 + i) for i in range(3))
+    store.write_batch(LedgerBatch([decision(a, T0), decision(b, T0 + 1)],
                                   {("ci", "day:x"): 0.25, ("ops", "day:x"): 1.0}))
     assert counted.delta() == {"PutItem": 2, "UpdateItem": 2}
-    store.write_batch(LedgerBatch([decision("a", T0), decision("c", T0 + 2)],
+    store.write_batch(LedgerBatch([decision(a, T0), decision(c, T0 + 2)],
                                   {("ci", "day:x"): 0.5}))
+    assert counted.delta() == {"PutItem": 2, "UpdateItem": 1}  # a's put refused, no read
     assert store.get_spend("ci", "day:x") == 0.75
-    assert store.stats("route", T0, T0 + 3600)[0]["requests"] == 3  # "a" counted once
-    assert [d["request_id"] for d in store.list_decisions()[0]] == ["c", "b", "a"]
+    assert store.stats("route", T0, T0 + 3600)[0]["requests"] == 3  # a counted once
+    assert [d["request_id"] for d in store.list_decisions()[0]] == [c, b, a]
 
 
 def test_write_batch_says_what_it_could_not_write(client: Any, clock: FakeClock) -> None:
@@ -178,7 +187,7 @@ def test_spend_is_one_atomic_add(store: DynamoDBStore, counted: CallCounter) -> 
     assert counted.delta() == {"BatchGetItem": 1}
 
 
-# -- the query paths: indexes, never a scan ---------------------------------------------
+# -- the query paths: the table's own keys, never a scan, never an index -------------------
 
 
 def _recorded_store(client: Any, clock: FakeClock) -> tuple[DynamoDBStore, Recorder]:
@@ -186,84 +195,117 @@ def _recorded_store(client: Any, clock: FakeClock) -> tuple[DynamoDBStore, Recor
     return DynamoDBStore(STATE, LEDGER, clock=clock, client=recorder), recorder
 
 
-def _partitions(rec: Recorder) -> list[tuple[str, str]]:
-    return [(kw["IndexName"], kw["ExpressionAttributeValues"][":p"]["S"])
-            for op, kw in rec.calls if op == "Query"]
+def _partitions(rec: Recorder) -> list[str]:
+    return [kw["ExpressionAttributeValues"][":p"]["S"] for op, kw in rec.calls if op == "Query"]
 
 
-def test_route_lists_from_its_shards_and_the_rest_from_the_day_shards(
+def test_every_listing_queries_the_day_shards_and_filters_there(
         client: Any, clock: FakeClock) -> None:
     store, rec = _recorded_store(client, clock)
     for i in range(6):
         store.append_decision(decision(f"r{i}", T0 + i, rule="deep" if i % 2 else "default",
                                        outcome="failed" if i % 3 == 0 else "ok",
                                        route="r" if i < 3 else "s", key_id=f"k{i % 2}"))
-    shards = range(INDEX_SHARDS)
-    cases: list[tuple[dict[str, str], list[str], list[str]]] = [
-        ({"route": "s"}, [f"s#2027-01-15#{n}" for n in shards], ["r5", "r4", "r3"]),
-        ({"outcome": "failed"}, [f"2027-01-15#x#{n}" for n in shards], ["r3", "r0"]),
-        ({"outcome": "ok"}, [f"2027-01-15#ok#{n}" for n in shards], ["r5", "r4", "r2", "r1"]),
-        ({"rule": "deep"}, [f"2027-01-15#{c}#{n}" for c in ("ok", "x") for n in shards],
-         ["r5", "r3", "r1"]),
-        ({"key_id": "k0"}, [f"2027-01-15#{c}#{n}" for c in ("ok", "x") for n in shards],
-         ["r4", "r2", "r0"]),
-        ({}, [f"2027-01-15#{c}#{n}" for c in ("ok", "x") for n in shards],
-         ["r5", "r4", "r3", "r2", "r1", "r0"]),
+    today = [f"decision#2027-01-15#{n}" for n in range(DECISION_SHARDS)]
+    cases: list[tuple[dict[str, str], list[str]]] = [
+        ({"route": "s"}, ["r5", "r4", "r3"]),
+        ({"outcome": "failed"}, ["r3", "r0"]),
+        ({"outcome": "ok"}, ["r5", "r4", "r2", "r1"]),
+        ({"rule": "deep"}, ["r5", "r3", "r1"]),
+        ({"key_id": "k0"}, ["r4", "r2", "r0"]),
+        ({"rule": "deep", "outcome": "failed"}, ["r3"]),
+        ({"route": "r", "key_id": "k1"}, ["r1"]),
+        ({}, ["r5", "r4", "r3", "r2", "r1", "r0"]),
     ]
-    for filters, partitions, expected in cases:
+    for filters, expected in cases:
         rec.calls.clear()
         page, cursor = store.list_decisions(**filters)  # type: ignore[arg-type]
         assert [d["request_id"] for d in page] == expected and cursor is None, filters
-        ops = rec.operations()
-        assert "Scan" not in ops and set(ops) == {"Query", "BatchGetItem"}
-        index = "by_route" if "route" in filters else "by_day"
-        # today's partitions, then yesterday's (nothing was found there)
-        assert _partitions(rec)[:len(partitions)] == [(index, p) for p in partitions]
+        assert set(rec.operations()) == {"Query"}  # bodies come with the listing
+        queries = [kw for op, kw in rec.calls if op == "Query"]
+        assert all("IndexName" not in q and q["ConsistentRead"] for q in queries)
+        assert all(("FilterExpression" in q) == bool(filters) for q in queries)
+        # today's shards, then the earlier days' (nothing was found there)
+        assert _partitions(rec)[:DECISION_SHARDS] == today
 
 
-def test_combined_filters_query_one_index_and_filter_the_rest(client: Any,
-                                                              clock: FakeClock) -> None:
-    store, rec = _recorded_store(client, clock)
-    store.append_decision(decision("a", T0, rule="deep", outcome="failed"))
-    store.append_decision(decision("b", T0 + 1, rule="deep", outcome="ok"))
-    store.append_decision(decision("c", T0 + 2, rule="other", outcome="failed"))
-    store.append_decision(decision("d", T0 + 3, rule="deep", outcome="failed", route="other"))
-    rec.calls.clear()
-    page, _ = store.list_decisions(rule="deep", outcome="failed")
-    assert [d["request_id"] for d in page] == ["d", "a"]
-    queries = [kw for op, kw in rec.calls if op == "Query"]
-    assert {q["IndexName"] for q in queries} == {"by_day"}
-    assert all("FilterExpression" in q for q in queries)
-    rec.calls.clear()
-    page, _ = store.list_decisions(route="auto", rule="deep", outcome="failed")
-    assert [d["request_id"] for d in page] == ["a"]
-    assert {kw["IndexName"] for op, kw in rec.calls if op == "Query"} == {"by_route"}
-    assert "Scan" not in rec.operations()
-
-
-def test_a_decision_has_two_index_entries_and_a_small_item(store: DynamoDBStore,
-                                                            client: Any) -> None:
-    d = decision("r1", T0, key_id=None, note="x" * 300)
+def test_a_decision_is_one_small_item_keyed_by_its_id(store: DynamoDBStore,
+                                                       client: Any) -> None:
+    rid = new_request_id(T0)
+    d = decision(rid, T0, key_id=None, note="x" * 300)
     store.append_decision(d)
-    item = client.get_item(TableName=LEDGER, Key={"pk": {"S": "decision#r1"},
-                                                   "sk": {"S": "decision"}})["Item"]
+    key = decision_key(rid, T0)
+    assert key == {"pk": {"S": f"decision#2027-01-15#{shard_of(rid)}"},
+                   "sk": {"S": f"{ts_key(T0)}#{rid}"}}
+    item = client.get_item(TableName=LEDGER, Key=key)["Item"]
     assert int(item[TTL_ATTRIBUTE]["N"]) == int(T0 + 30 * DAY)
-    indexed = {attr for _, attr in DECISION_INDEXES if attr in item}
-    assert indexed == {"g_all", "g_route"}
-    assert item["g_all"]["S"].startswith("2027-01-15#ok#")
-    assert item["g_route"]["S"].startswith("auto#2027-01-15#")
-    assert "body" not in item and len(item["bodyz"]["B"]) < len(json.dumps(d))  # compressed
+    assert set(item) == {"pk", "sk", TTL_ATTRIBUTE, "route", "rule", "outcome", "bodyz"}
+    assert len(item["bodyz"]["B"]) < len(json.dumps(d))  # compressed
     assert item_size(item) <= 1024
-    assert store.get_decision("r1") == d
+    assert store.get_decision(rid) == d
+
+
+def test_the_key_is_the_time_the_id_carries_whatever_the_ts(store: DynamoDBStore,
+                                                             counted: CallCounter) -> None:
+    # An id issued by another clock (a day earlier): found with one GetItem all the same.
+    rid = new_request_id(T0 - DAY)
+    store.append_decision(decision(rid, T0))
+    counted.delta()
+    assert store.get_decision(rid) == decision(rid, T0)
+    assert counted.delta() == {"GetItem": 1}
+    assert store.get_decision(new_request_id(T0)) is None  # a miss: one GetItem too
+    assert counted.delta() == {"GetItem": 1}
+
+
+def test_an_id_without_its_time_is_walked_for_within_a_bound(
+        store: DynamoDBStore, counted: CallCounter) -> None:
+    store.append_decision(decision("r1", T0))
+    counted.delta()
+    assert store.get_decision("r1") == decision("r1", T0)
+    calls = counted.delta()
+    assert calls["GetItem"] == 1 and calls["Query"] >= 1  # the previous layout's key first
+    with pytest.raises(ConflictError):
+        store.append_decision(decision("r1", T0 + 5))
+    assert store.get_decision("nope") is None
+    assert counted.delta()["Query"] <= 35  # one query per day of retention, at most
+
+
+def test_a_decision_of_the_previous_layout_is_read_by_id(store: DynamoDBStore,
+                                                          client: Any) -> None:
+    old = {"request_id": "req_0a1b2c3d4e5f000000000001", "ts": T0, "status": 200}
+    client.put_item(TableName=LEDGER, Item={
+        "pk": {"S": f"decision#{old['request_id']}"}, "sk": {"S": "decision"},
+        "body": {"S": json.dumps(old)}, "g_all": {"S": "2027-01-15#ok#0"}})
+    assert store.get_decision(old["request_id"]) == old
+
+
+def test_a_rare_filter_reads_a_bounded_page_and_says_where_it_stopped(
+        client: Any, clock: FakeClock) -> None:
+    store, rec = _recorded_store(client, clock)
+    many = LIST_EXAMINED_ITEMS + 600
+    rare = {many - 1, 2, 1}  # the newest decision, and two near the oldest
+    for i in range(many):
+        store.write_batch(LedgerBatch([decision(new_request_id(T0 + i), T0 + i,
+                                                key_id="rare" if i in rare else "busy")]))
+    rec.calls.clear()
+    page, cursor = store.list_decisions(key_id="rare", limit=10)
+    scanned = sum(1 for op, _ in rec.calls if op == "Query")
+    assert [d["ts"] for d in page] == [T0 + many - 1] and cursor is not None  # short, more
+    assert scanned <= 4 * (LIST_EXAMINED_ITEMS // 100 + 1)
+    seen = [d["ts"] for d in page]
+    pages = 1
+    while cursor is not None:
+        page, cursor = store.list_decisions(key_id="rare", limit=10, cursor=cursor)
+        seen += [d["ts"] for d in page]
+        pages += 1
+    assert seen == [T0 + many - 1, T0 + 2, T0 + 1] and pages == 2
 
 
 def test_a_short_body_is_stored_as_json(store: DynamoDBStore, client: Any) -> None:
     d = {"request_id": "r1", "ts": T0, "outcome": "refused", "status": 401}
     store.append_decision(d)
-    item = client.get_item(TableName=LEDGER, Key={"pk": {"S": "decision#r1"},
-                                                   "sk": {"S": "decision"}})["Item"]
-    assert json.loads(item["body"]["S"]) == d and "g_route" not in item
-    assert item["g_all"]["S"].startswith("2027-01-15#x#")
+    item = client.get_item(TableName=LEDGER, Key=decision_key("r1", T0))["Item"]
+    assert json.loads(item["body"]["S"]) == d and "route" not in item
     assert store.list_decisions(outcome="refused")[0] == [d]
 
 
@@ -285,8 +327,7 @@ def test_listing_walks_day_partitions_newest_first(client: Any, clock: FakeClock
     rec.calls.clear()
     page, cursor = store.list_decisions(limit=3)
     assert [d["request_id"] for d in page] == ["d0-1", "d0-0", "d1-1"]
-    assert sorted({p.split("#")[0] for _, p in _partitions(rec)}) == [
-        "2027-01-14", "2027-01-15"]
+    assert sorted({p.split("#")[1] for p in _partitions(rec)}) == ["2027-01-14", "2027-01-15"]
     page, cursor = store.list_decisions(limit=3, cursor=cursor)
     assert [d["request_id"] for d in page] == ["d1-0", "d2-1", "d2-0"]
     page, cursor = store.list_decisions(since=T0 - DAY)

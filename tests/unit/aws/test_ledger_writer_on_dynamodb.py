@@ -15,6 +15,7 @@ import pytest
 
 from humpyard.clock import FakeClock
 from humpyard.metrics import GatewayMetrics, Metrics
+from humpyard.records import new_request_id
 from humpyard.store.dynamodb import DynamoDBStore
 from humpyard.store.dynamodb_calls import CallCounter
 from humpyard.store.writer import BackgroundWriter
@@ -52,11 +53,12 @@ def test_only_what_dynamodb_did_not_write_is_counted_lost(
 def test_a_repeated_decision_is_recorded_once(store: DynamoDBStore, counted: CallCounter,
                                               clock: FakeClock) -> None:
     writer = BackgroundWriter(store, clock=clock)
-    writer.submit_decision(decision("r1"))
-    writer.submit_decision(decision("r1"))  # in the same batch
+    rid = new_request_id(T0)  # the gateway's id: its key, and so its repeats, known at once
+    writer.submit_decision(decision(rid))
+    writer.submit_decision(decision(rid))  # in the same batch
     assert writer.flush(timeout=10)
-    writer.submit_decision(decision("r1"))  # and in a later one
+    writer.submit_decision(decision(rid))  # and in a later one
     assert writer.flush(timeout=10)
-    assert counted.calls["PutItem"] == 3
+    assert counted.calls["PutItem"] == 3 and "Query" not in counted.calls
     assert store.stats("route", T0, T0 + 3600)[0]["requests"] == 1
     writer.close()
