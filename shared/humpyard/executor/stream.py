@@ -422,16 +422,16 @@ async def hold_back_anthropic(resp: UpstreamResponse, wanted_usage: bool = True,
     return HeldStream(events=relay, usage=reader.usage)
 
 
-_ANTHROPIC_MARKS = (b"usage", b"error", b"message_st")
+_ANTHROPIC_MARKS = ("usage", "error", "message_st")
+_ANTHROPIC_NAMES = frozenset({"error", "message_start", "message_stop"})
 
 
 def _plain_anthropic(chunk: bytes, whole: bool, evs: list[SSEEvent]) -> bool:
     """Events an Anthropic relay passes on and learns nothing from: objects that
     are neither an error, usage, nor the start or end of the message."""
-    if not whole or any(m in chunk for m in _ANTHROPIC_MARKS):
-        return False
     for ev in evs:
-        if ev.event == "error":
+        data = ev.data
+        if ev.event in _ANTHROPIC_NAMES or any(m in data for m in _ANTHROPIC_MARKS):
             return False
         try:
             if not isinstance(json.loads(ev.data), dict):
