@@ -191,3 +191,44 @@ def test_a_slow_client_gets_every_byte_in_order():
     content, d = _same(HEAD, script, anthropic=False, slow_client=1.0)
     assert content == b"".join(events)
     assert d["usage"]["output_tokens"] == 9 and not d["usage_estimated"]
+
+
+def test_a_client_leaving_during_direct_reads_cancels_at_once():
+    # the upstream would talk for a minute; the client reads a few events and leaves
+    script = [HEAD, *[x for i in range(1200) for x in (_chunk({"content": f"t{i} "}), Pause(0.05))],
+              CLOSE]
+    with RawServer(script) as up, running_gateway(_config(up.url, True, False)) as gw:
+        with httpx.Client(timeout=30) as c, c.stream(
+                "POST", gw.url + "/v1/chat/completions",
+                json={"model": "t", "messages": MSG, "stream": True}) as r:
+            seen = 0
+            for _ in r.iter_raw():
+                seen += 1
+                if seen >= 6:
+                    break
+        left = time.monotonic()
+        gw.recorded(1)
+        assert time.monotonic() - left < 5  # not the minute the upstream would take
+        [d] = gw.decisions()
+        assert d["status"] == 499
+        m = gw.gw.metrics
+        assert m.client_disconnects.value(phase="relaying") == 1
+        assert m.direct_writes.value(protocol="openai") > 0
+        assert d["usage_estimated"] and d["usage"]["output_tokens"] > 0
+
+
+def test_the_idle_limit_holds_during_direct_reads():
+    events = [_chunk({"content": f"t{i} "}) for i in range(6)]
+    script = [*_paced(events), Pause(5)]
+    with RawServer([HEAD, *script, CLOSE]) as up, running_gateway(
+            _config(up.url, True, False, extra="[router]\nidle_timeout_secs = 0.5\n")) as gw:
+        started = time.monotonic()
+        with httpx.Client(timeout=30) as c:
+            r = c.post(gw.url + "/v1/chat/completions",
+                       json={"model": "t", "messages": MSG, "stream": True})
+        assert time.monotonic() - started < 4  # cut at the idle limit, not the 5 s pause
+        gw.recorded(1)
+        [d] = gw.decisions()
+        assert d["outcome"] == "stream_broken"
+        assert b"stream_broken" in r.content.rstrip().split(b"\n\n")[-1]
+        assert gw.gw.metrics.direct_writes.value(protocol="openai") > 0
