@@ -11,7 +11,8 @@ framed with chunked transfer coding; an upstream error event after direct reads
 (chat and Anthropic); an upstream that closes early (usage estimated from the
 text relayed, part of it directly); an invalid event mid-stream; and a client
 that reads slowly while the upstream sends megabytes (flow control: nothing lost
-or reordered).
+or reordered). Then, with the direct relay alone: a client leaving mid-stream
+(499 at once, the estimate) and the idle limit between direct reads.
 """
 
 from __future__ import annotations
