@@ -222,7 +222,11 @@ class _Splice:
         text = 0
         for ev in evs:
             text += relayed_text_bytes(ev.data)
-        return SINK_PAUSE if self.wire.write(out, text) else SINK_GO
+        try:
+            return SINK_PAUSE if self.wire.write(out, text) else SINK_GO
+        except Exception as e:  # noqa: BLE001 - the client's transport failed: the
+            self.failure = e  # relay ends the stream as a failed send would
+            return SINK_STOP
 
 
 async def _direct(events: _Events, wire: DirectWire,
