@@ -64,6 +64,7 @@ SCENARIOS = {
     "humpyard_connections_refused_total": "test_client_connections_refused_by_serve",
     "humpyard_tokens_total": "test_usage_is_counted_by_key_route_and_target",
     "humpyard_cost_usd_total": "test_usage_is_counted_by_key_route_and_target",
+    "humpyard_stream_direct_writes_total": "test_a_stream_relayed_directly_is_counted",
 }
 
 
@@ -428,3 +429,19 @@ def test_client_connections_refused_by_serve(tmp_path: Path) -> None:
         r = httpx.get(server.url + "/metrics", timeout=5)
     assert 'humpyard_connections_refused_total{reason="header_timeout"} 1' in r.text
     assert 'humpyard_connections_refused_total{reason="headers_too_large"} 1' in r.text
+
+
+def test_a_stream_relayed_directly_is_counted() -> None:
+    from tests.support.rawserver import CLOSE, Pause, RawServer
+    from tests.wire.test_relay_cuts import EVENTS, HEAD
+    script = [HEAD, *[x for e in EVENTS for x in (e, Pause(0.01))], CLOSE]
+    with RawServer(script) as up, running_gateway(providers(p=up.url) + """
+[targets.t]
+endpoints = [{ provider = "p", model = "m" }]
+""") as gw:
+        r = chat(gw, "t", stream=True, stream_options={"include_usage": True})
+        assert r.status_code == 200 and b"[DONE]" in r.content
+        gw.recorded(1)
+        m = scrape(gw)
+    # the reads after the first content that name neither usage nor error, nor end it
+    assert m['humpyard_stream_direct_writes_total{protocol="openai"}'] >= 2

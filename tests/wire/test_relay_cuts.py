@@ -59,8 +59,15 @@ def _cuts(stream: bytes, events: list[bytes]) -> dict[str, list[bytes | Pause]]:
     }
 
 
-def _relay(script: list[bytes | Pause], include_usage: bool) -> tuple[bytes, dict]:
+def _relay(script: list[bytes | Pause], include_usage: bool,
+           direct: bool = True) -> tuple[bytes, dict]:
+    """The client's bytes and the decision; with ``direct``, the relay must have
+    passed some reads directly (``humpyard_stream_direct_writes_total``) when
+    the cut's reads come apart in time (then some follow the first content),
+    and none without. Without ``include_usage`` the relay drops the usage
+    chunk: that read is never direct, the others still are."""
     with RawServer([HEAD, *script, CLOSE]) as up, running_gateway(f"""
+direct_relay = {"true" if direct else "false"}
 [providers.p]
 base_url = "{up.url}"
 [targets.t]
@@ -74,6 +81,11 @@ endpoints = [{{ provider = "p", model = "m" }}]
         assert r.status_code == 200
         gw.recorded(1)
         [d] = gw.decisions()
+        writes = gw.gw.metrics.direct_writes.value(protocol="openai")
+        if not direct or len(script) == 1:
+            assert writes == 0
+        elif any(isinstance(x, Pause) for x in script):
+            assert writes > 0  # reads apart in time: those after the first content
     return r.content, d
 
 
@@ -84,6 +96,8 @@ def test_every_cut_relays_the_same_bytes_and_usage(ending, include_usage):
     stream = b"".join(events)
     seen = {name: _relay(script, include_usage)
             for name, script in _cuts(stream, events).items()}
+    old = {name: _relay(script, include_usage, direct=False)
+           for name, script in _cuts(stream, events).items() if name != "bytes"}
     reference, decision = seen.pop("bytes")  # every read through the general path
     expected = b"".join(e for e in events if include_usage or b'"usage"' not in e)
     if ending == "crlf":
@@ -95,6 +109,10 @@ def test_every_cut_relays_the_same_bytes_and_usage(ending, include_usage):
     for name, (content, d) in seen.items():
         assert (content if ending == "lf" else _data(content)) == reference, name
         assert d["usage"] == decision["usage"], name
+        # the direct relay against the relay through the request's task, cut alike
+        assert content == old[name][0], name
+        assert d["usage"] == old[name][1]["usage"], name
+        assert d["usage_estimated"] == old[name][1]["usage_estimated"], name
 
 
 def _data(stream: bytes) -> list[str]:

@@ -461,6 +461,7 @@ class RawConfig(_Strict):
     state_refresh_ms: float = Field(default=1000, ge=0)
     max_body_bytes: Annotated[int, Field(gt=0)] = 32 * 1024 * 1024
     stream_heartbeat_secs: float = Field(default=15, ge=0, le=300)
+    direct_relay: bool = True
     log_requests: bool = True
     refused_per_minute: float = Field(default=6, ge=0, le=100_000)
 

@@ -342,6 +342,7 @@ class Config:
     state_refresh_ms: float = 1000
     max_body_bytes: int = 32 * 1024 * 1024
     stream_heartbeat_secs: float = 15
+    direct_relay: bool = True  # plain stream reads go upstream → client in the callback
     log_requests: bool = True
     refused_per_minute: float = 6
     public: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)

@@ -17,17 +17,20 @@ into chat chunks by a ``ChunkTranslator``.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from humpyard.config.spec import AnswerLimits
 from humpyard.errors import UpstreamError
+from humpyard.planning.estimate import relayed_text_bytes
 from humpyard.protocols.anthropic_upstream import chat_usage
 from humpyard.protocols.anthropic_upstream_stream import ChunkTranslator
 from humpyard.protocols.sse import DONE, SSEDecoder, SSEEvent, SSETooLarge
 from humpyard.redact import redact
 from humpyard.upstream.classify import Classification
 from humpyard.upstream.client import UpstreamResponse
+from humpyard.upstream.connection import SINK_GO, SINK_PAUSE, SINK_STOP, Body
 from humpyard.upstream.errors import BodyTooLarge, EventTooLarge
 
 DEFAULT_LIMITS = AnswerLimits()
@@ -144,27 +147,134 @@ async def hold_back(resp: UpstreamResponse, wanted_usage: bool = True,
         if not any(_finished(e) for e in held):
             return HeldStream(error="upstream closed the stream before any content")
     events.relaying()
-    return HeldStream(events=_relay(held, events, usage, wanted_usage, secrets),
-                      usage=usage)
+    relay = Relay()
+    relay.gen = _relay(held, events, usage, wanted_usage, secrets, relay)
+    return HeldStream(events=relay, usage=usage)
 
 
 def _finished(ev: SSEEvent) -> bool:
     return '"finish_reason":"' in ev.data.replace(" ", "") or ev.data == "[DONE]"
 
 
+class DirectWire(Protocol):
+    """The client's connection, written to directly (``http/reply.py``'s ``UvicornWire``)."""
+
+    def write(self, data: bytes, text_bytes: int) -> bool:
+        """Send ``data`` (whole events, ``text_bytes`` of answer text); True when the
+        client's buffer is over its high-water mark."""
+
+    async def drain(self) -> None: ...
+
+
+class Relay:
+    """A relayed stream's batches (an async iterator), which a server that can
+    write to the client's connection directly may hand a ``DirectWire``
+    (``wire``) before iterating: the reads that need nothing of the relay but
+    passing on then go from the upstream's connection to the client's in the
+    connection's callback, and this iterator only yields what does (the usage,
+    an error, the end). docs/decisions/0021-direct-relay.md."""
+
+    __slots__ = ("gen", "wire")
+
+    def __init__(self) -> None:
+        self.gen: AsyncGenerator[list[SSEEvent], None] | None = None
+        self.wire: DirectWire | None = None
+
+    def __aiter__(self) -> Relay:
+        return self
+
+    def __anext__(self) -> Awaitable[list[SSEEvent]]:
+        assert self.gen is not None
+        return self.gen.__anext__()
+
+    async def aclose(self) -> None:
+        if self.gen is not None:
+            await self.gen.aclose()
+
+
+class _Splice:
+    """The sink of one direct stretch: decodes each read as the relay would and
+    writes its events when ``plain`` says they need nothing else; otherwise keeps
+    them (``pending``, or the limit's failure) for the relay, and stops."""
+
+    __slots__ = ("events", "wire", "plain", "pending", "failure")
+
+    def __init__(self, events: _Events, wire: DirectWire,
+                 plain: Callable[[bytes, bool, list[SSEEvent]], bool]) -> None:
+        self.events, self.wire, self.plain = events, wire, plain
+        self.pending: list[SSEEvent] | None = None
+        self.failure: Exception | None = None
+
+    def __call__(self, chunk: bytes) -> int:
+        events = self.events
+        whole = events.decoder.idle
+        try:
+            evs = events.feed(chunk)
+        except EventTooLarge as e:
+            self.failure = e
+            return SINK_STOP
+        if not evs:
+            return SINK_GO
+        if not self.plain(chunk, whole, evs):
+            self.pending = evs
+            return SINK_STOP
+        out = evs[0].wire if len(evs) == 1 else b"".join(ev.wire for ev in evs)
+        text = 0
+        for ev in evs:
+            text += relayed_text_bytes(ev.data)
+        try:
+            return SINK_PAUSE if self.wire.write(out, text) else SINK_GO
+        except Exception as e:  # noqa: BLE001 - the client's transport failed: the
+            self.failure = e  # relay ends the stream as a failed send would
+            return SINK_STOP
+
+
+async def _direct(events: _Events, wire: DirectWire,
+                  plain: Callable[[bytes, bool, list[SSEEvent]], bool]) -> list[SSEEvent]:
+    """One direct stretch (``Relay``); the events it kept for the relay. Nothing
+    happens unless the body is the connection's own (no content coding)."""
+    raw = events.raw
+    if type(events) is not _Events or not isinstance(raw, Body):
+        return []  # a coded body, or not SSE (Bedrock's event stream): the relay reads it
+    splice = _Splice(events, wire, plain)
+    await raw.splice(splice, wire.drain)
+    if splice.failure is not None:
+        raise splice.failure
+    return splice.pending or []
+
+
+def _plain_chat(chunk: bytes, whole: bool, evs: list[SSEEvent]) -> bool:
+    if whole and b'"usage"' not in chunk and b'"error"' not in chunk:
+        return True
+    return not any('"usage"' in ev.data or '"error"' in ev.data for ev in evs)
+
+
 async def _relay(held: list[SSEEvent], events: _Events,
                  usage: dict[str, int], wanted_usage: bool,
-                 secrets: Sequence[str | None] = ()) -> AsyncIterator[list[SSEEvent]]:
+                 secrets: Sequence[str | None] = (),
+                 relay: Relay | None = None) -> AsyncGenerator[list[SSEEvent], None]:
     """The held events as one batch, then one batch per upstream read (so the
     client gets one write where the upstream sent one). An upstream error event
     after the first content raises ``UpstreamError`` (code ``stream_broken``)
-    after the events before it in the same read."""
+    after the events before it in the same read. With a ``DirectWire`` (``Relay``),
+    plain reads go to the client directly in between."""
     if held:
         yield held
     decoder = events.decoder
-    async for chunk in events.raw:
-        whole = decoder.idle  # this chunk's events start in it: its bytes say what they hold
-        evs = events.feed(chunk)
+    raw = events.raw
+    while True:
+        pending: list[SSEEvent] | None = None
+        if relay is not None and relay.wire is not None:  # usage chunks are never plain
+            pending = await _direct(events, relay.wire, _plain_chat)
+        if pending:
+            whole, chunk, evs = False, b"", pending
+        else:
+            try:
+                chunk = await raw.__anext__()
+            except StopAsyncIteration:
+                break
+            whole = decoder.idle  # this chunk's events start in it: its bytes say what they hold
+            evs = events.feed(chunk)
         if whole and b'"usage"' not in chunk and b'"error"' not in chunk:
             if evs:
                 yield evs  # nothing to read in them: relayed as they are
@@ -311,17 +421,51 @@ async def hold_back_anthropic(resp: UpstreamResponse, wanted_usage: bool = True,
     if not reader.content and not reader.ended:
         return HeldStream(error="upstream closed the stream before any content")
     events.relaying()
-    return HeldStream(events=_relay_anthropic(held, events, reader), usage=reader.usage)
+    relay = Relay()
+    relay.gen = _relay_anthropic(held, events, reader, relay)
+    return HeldStream(events=relay, usage=reader.usage)
+
+
+_ANTHROPIC_MARKS = ("usage", "error", "message_st")
+_ANTHROPIC_NAMES = frozenset({"error", "message_start", "message_stop"})
+
+
+def _plain_anthropic(chunk: bytes, whole: bool, evs: list[SSEEvent]) -> bool:
+    """Events an Anthropic relay passes on and learns nothing from: objects that
+    are neither an error, usage, nor the start or end of the message."""
+    for ev in evs:
+        data = ev.data
+        if ev.event in _ANTHROPIC_NAMES or any(m in data for m in _ANTHROPIC_MARKS):
+            return False
+        try:
+            if not isinstance(json.loads(ev.data), dict):
+                return False
+        except ValueError:
+            return False
+    return True
 
 
 async def _relay_anthropic(held: list[SSEEvent], events: _Events,
-                           reader: _AnthropicEvents) -> AsyncIterator[list[SSEEvent]]:
+                           reader: _AnthropicEvents,
+                           relay: Relay | None = None) -> AsyncGenerator[list[SSEEvent], None]:
     if held:
         yield held
-    async for chunk in events.raw:
+    raw = events.raw
+    while True:
+        pending: list[SSEEvent] | None = None
+        if relay is not None and relay.wire is not None and reader.translator is None:
+            pending = await _direct(events, relay.wire, _plain_anthropic)
+        if pending:
+            evs = pending
+        else:
+            try:
+                chunk = await raw.__anext__()
+            except StopAsyncIteration:
+                break
+            evs = events.feed(chunk)
         batch: list[SSEEvent] = []
         try:
-            reader.take(events.feed(chunk), batch)
+            reader.take(evs, batch)
         except _Broken as e:
             if batch:
                 yield batch

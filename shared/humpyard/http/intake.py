@@ -31,6 +31,7 @@ from starlette.types import Receive, Scope, Send
 
 from humpyard.config.spec import Config
 from humpyard.errors import HumpyardError
+from humpyard.executor.stream import Relay
 from humpyard.flow import serve
 from humpyard.gateway import Gateway
 from humpyard.http.body import header_dict, receive_json
@@ -41,6 +42,7 @@ from humpyard.http.reply import (
     ClientWatch,
     EarlyHead,
     Reply,
+    UvicornWire,
     send_reply,
     send_stream,
 )
@@ -159,15 +161,22 @@ async def take(gw: Gateway, protocol: ClientProtocol, scope: Scope, receive: Rec
                 if served.events is not None:
                     events = rec.watch(served)
                     rec.replying = True
+                    direct = _direct_relay(gw, protocol, call, served, rec, send)
                     try:
                         return await send_stream(send, watch, headers,
                                                  protocol.stream(call, context, events),
                                                  call.config.stream_heartbeat_secs,
                                                  head_sent=head_sent,
                                                  media_type=protocol.stream_type,
-                                                 heartbeat=protocol.heartbeat)
+                                                 heartbeat=protocol.heartbeat,
+                                                 wire=direct,
+                                                 on_head=direct.start if direct else None)
                     finally:  # however the stream ended: the upstream released, the record told
                         await events.aclose()
+                        if direct is not None and direct.wire is not None \
+                                and direct.wire.writes:
+                            gw.metrics.direct_writes.inc(direct.wire.writes,
+                                                         protocol=protocol.name)
             finally:
                 if early is not None:
                     early.cancel()
@@ -192,6 +201,43 @@ async def take(gw: Gateway, protocol: ClientProtocol, scope: Scope, receive: Rec
             raise  # the answer is out (or the client gone): nothing more to send
         await send_reply(send, internal_reply(e, shape=protocol.errors,
                                               headers={"x-humpyard-request-id": rid}))
+
+
+class _Direct:
+    """The direct relay for one stream, once its head is out (``start``)."""
+
+    __slots__ = ("relay", "rec", "send", "wire")
+
+    def __init__(self, relay: Relay, rec: Recording, send: Send) -> None:
+        self.relay, self.rec, self.send = relay, rec, send
+        self.wire: UvicornWire | None = None
+
+    @property
+    def last(self) -> float:
+        """When the direct relay last wrote to the client (``send_stream``'s heartbeat)."""
+        return self.wire.last if self.wire is not None else 0.0
+
+    def _count(self, n: int) -> None:
+        self.rec.relayed += n
+
+    def start(self) -> None:
+        self.wire = self.relay.wire = UvicornWire.of(self.send, self._count)
+
+
+def _direct_relay(gw: Gateway, protocol: ClientProtocol, call: Call, served: Served,
+                  rec: Recording, send: Send) -> _Direct | None:
+    """A direct relay (docs/decisions/0021-direct-relay.md) when the client's
+    protocol passes the upstream's events on unchanged (a chat client, or an
+    Anthropic client of an Anthropic-native upstream), the configuration allows
+    it and the record is not written before the reply (Lambda); the relay
+    itself decides which reads it may pass (``executor/stream.py``)."""
+    relay = served.events
+    if not isinstance(relay, Relay) or not call.config.direct_relay or gw.record_before_reply:
+        return None
+    if protocol.name == "openai" or (protocol.name == "anthropic" and call.native == "anthropic"
+                                     and served.native == "anthropic"):
+        return _Direct(relay, rec, send)
+    return None
 
 
 async def _fail_started_stream(rec: Recording, protocol: ClientProtocol, call: Call,

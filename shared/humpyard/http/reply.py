@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from starlette.types import Receive, Send
 
@@ -132,6 +132,14 @@ class ClientWatch:
 HEARTBEAT = b": keep-alive\n\n"
 
 
+class Written(Protocol):
+    """What writes to a stream's client beside ``send_stream``: ``last``, the loop
+    time of its last write."""
+
+    @property
+    def last(self) -> float: ...
+
+
 def _stream_head(headers: dict[str, str], media_type: bytes = SSE_TYPE) -> dict[str, Any]:
     raw = _raw(headers)
     raw.append((b"content-type", media_type))
@@ -213,7 +221,9 @@ class EarlyHead:
 async def send_stream(send: Send, watch: ClientWatch | None, headers: dict[str, str],
                       chunks: AsyncIterator[bytes], heartbeat_secs: float = 0, *,
                       head_sent: bool = False, media_type: bytes = SSE_TYPE,
-                      heartbeat: bytes = HEARTBEAT) -> None:
+                      heartbeat: bytes = HEARTBEAT,
+                      wire: Written | None = None,
+                      on_head: Callable[[], None] | None = None) -> None:
     """A 200 event stream, one body message per chunk; ``chunks`` is closed at the end
     whether it ran out, failed or the client left. ``head_sent``: an ``EarlyHead``
     sent the head already (``headers`` are then not sent).
@@ -227,7 +237,10 @@ async def send_stream(send: Send, watch: ClientWatch | None, headers: dict[str, 
     One timer runs per stream, not one per chunk: when it fires it sends a beat only if
     nothing was sent for ``heartbeat_secs`` (``last``: when the last chunk went out),
     else it waits for the rest of that silence. A beat is never sent while a chunk is.
-    A stream that is not SSE (``media_type``) brings its own ``heartbeat`` bytes."""
+    A stream that is not SSE (``media_type``) brings its own ``heartbeat`` bytes.
+
+    ``wire``: chunks the relay writes directly count as sent (``UvicornWire.last``);
+    ``on_head`` runs once the head is out (the relay may then be handed ``wire``)."""
     loop = asyncio.get_running_loop()
     beat: asyncio.Future[None] | None = None
     timer: asyncio.TimerHandle | None = None
@@ -236,7 +249,7 @@ async def send_stream(send: Send, watch: ClientWatch | None, headers: dict[str, 
 
     def pulse() -> None:
         nonlocal beat, timer
-        quiet = loop.time() - last
+        quiet = loop.time() - (last if wire is None else max(last, wire.last))
         if quiet >= heartbeat_secs and not sending and (beat is None or beat.done()):
             beat = asyncio.ensure_future(
                 send({"type": "http.response.body", "body": heartbeat, "more_body": True}))
@@ -248,6 +261,8 @@ async def send_stream(send: Send, watch: ClientWatch | None, headers: dict[str, 
     try:
         if not head_sent:
             await send(_stream_head(headers, media_type))
+        if on_head is not None:
+            on_head()
         if heartbeat_secs > 0:
             last = loop.time()
             timer = loop.call_later(heartbeat_secs, pulse)
@@ -275,3 +290,54 @@ async def send_stream(send: Send, watch: ClientWatch | None, headers: dict[str, 
         if aclose is not None:
             with contextlib.suppress(Exception):
                 await aclose()
+
+
+class UvicornWire:
+    """The client's connection under uvicorn's ASGI ``send``, written to directly
+    by a ``Relay`` (``executor/stream.py``; docs/decisions/0021-direct-relay.md):
+    each write is one body chunk framed as uvicorn frames it (the head promised
+    chunked transfer coding), through the same transport, after the head and
+    the messages ``send`` wrote before. ``on_text`` learns the answer text
+    written (the record's estimate, should the usage not come); ``last`` is
+    when the last write went out (``send_stream``'s heartbeat counts from it).
+    """
+
+    __slots__ = ("_cycle", "_transport", "_flow", "_loop", "_on_text", "last", "writes")
+
+    def __init__(self, cycle: Any, on_text: Callable[[int], None]) -> None:
+        self._cycle = cycle
+        self._transport = cycle.transport
+        self._flow = cycle.flow
+        self._loop = asyncio.get_running_loop()
+        self._on_text = on_text
+        self.last = 0.0
+        self.writes = 0  # reads relayed directly
+
+    @staticmethod
+    def of(send: Send, on_text: Callable[[int], None]) -> UvicornWire | None:
+        """The wire under ``send`` if it is uvicorn's, its response started with
+        chunked coding and not complete; else None (the ASGI path is kept)."""
+        cycle = getattr(send, "__self__", None)
+        if cycle is None or not hasattr(cycle, "flow") or not hasattr(cycle, "transport"):
+            return None
+        if getattr(cycle, "chunked_encoding", None) is not True \
+                or getattr(cycle, "response_complete", True) \
+                or not getattr(cycle, "response_started", False) \
+                or getattr(cycle, "disconnected", True):
+            return None
+        return UvicornWire(cycle, on_text)
+
+    def write(self, data: bytes, text_bytes: int) -> bool:
+        self._on_text(text_bytes)
+        cycle = self._cycle
+        if cycle.disconnected or cycle.response_complete:
+            return False  # as uvicorn's send: nothing written; the client's watch acts
+        self._transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        self.last = self._loop.time()
+        self.writes += 1
+        return bool(self._flow.write_paused)
+
+    async def drain(self) -> None:
+        cycle = self._cycle
+        if self._flow.write_paused and not cycle.disconnected:
+            await self._flow.drain()

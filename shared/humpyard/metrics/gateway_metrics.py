@@ -195,6 +195,10 @@ class GatewayMetrics:
         self.cost_usd: Counter = m.counter(
             "humpyard_cost_usd_total", "USD answered requests cost at the configured "
             "prices, by key id, route and target.", ("key", "route", "target"), unit="None")
+        self.direct_writes: Counter = m.counter(
+            "humpyard_stream_direct_writes_total", "Stream reads relayed from the upstream's "
+            "connection to the client's directly (docs/decisions/0021-direct-relay.md), by "
+            "the client's protocol.", ("protocol",))
 
     def names(self) -> frozenset[str]:
         """The metric names this set declares."""
@@ -208,4 +212,4 @@ class GatewayMetrics:
             self.ledger_write_seconds, self.ledger_lost, self.transaction_conflicts,
             self.upstream_in_flight, self.upstream_waiting, self.upstream_slot_timeouts,
             self.refused, self.translation_drops, self.client_disconnects,
-            self.connections_refused, self.tokens, self.cost_usd))
+            self.connections_refused, self.tokens, self.cost_usd, self.direct_writes))

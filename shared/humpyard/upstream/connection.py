@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from humpyard.upstream.errors import (
@@ -30,6 +30,7 @@ from humpyard.upstream.framing import FramingError, ResponseParser, Truncated
 
 HIGH_WATER = 1 << 20  # body bytes read ahead of the caller before reading pauses
 LOW_WATER = 1 << 16
+SINK_GO, SINK_STOP, SINK_PAUSE = 0, 1, 2  # what a splice's sink says of a read
 
 
 def _expire(fut: asyncio.Future[None]) -> None:
@@ -72,6 +73,10 @@ class Conn(asyncio.Protocol):
         self._deadline: float | None = None  # when the current wait runs out
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
+        # A direct relay (``splice``): each read is handed to ``_sink`` in this callback.
+        self._sink: Callable[[bytes], int] | None = None
+        self._sink_timeout: float | None = None
+        self._sink_paused = False
 
     # -- protocol callbacks ----------------------------------------------------------
 
@@ -88,6 +93,22 @@ class Conn(asyncio.Protocol):
         except FramingError as e:
             self.failure = ProtocolViolation(f"upstream protocol error {self.addr}: {e}",
                                              self.addr)
+        sink = self._sink
+        if sink is not None:
+            if self._sink_paused or p.done or self.failure is not None:
+                self._sink = None  # the waiting task takes the rest, the old way
+            else:
+                verdict = sink(p.take())
+                if verdict == SINK_GO:
+                    timeout = self._sink_timeout
+                    if timeout is not None:  # the idle limit runs from this read
+                        self._deadline = asyncio.get_running_loop().time() + timeout
+                    return
+                if verdict == SINK_PAUSE and self.transport is not None:
+                    self._sink_paused = True  # the client's buffer is full: stop reading
+                    self.transport.pause_reading()
+                else:
+                    self._sink = None
         if p.buffered > HIGH_WATER and not self._read_paused and self.transport is not None:
             self._read_paused = True
             self.transport.pause_reading()
@@ -202,6 +223,34 @@ class Conn(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+    async def splice(self, sink: Callable[[bytes], int], timeout: float | None,
+                     drain: Callable[[], Awaitable[None]]) -> None:
+        """Hand each read of the current answer's body to ``sink`` inside
+        ``data_received``, without waking the caller, until ``sink`` says stop
+        (``SINK_STOP``), the answer ends or fails, or ``timeout`` passes with
+        nothing read (``TimeoutError``). ``SINK_PAUSE``: the reader's own
+        buffer is full; reading pauses until ``drain()`` returns. Whatever the
+        sink was not given stays in the parser for ``take``."""
+        p = self.parser
+        assert p is not None
+        self._sink, self._sink_timeout = sink, timeout
+        try:
+            while self._sink is not None and not self.closed and self.failure is None:
+                await self.wait(timeout)
+                if self._sink_paused:
+                    self._sink_paused = False
+                    await drain()
+                    if self.transport is not None and not self._read_paused:
+                        self.transport.resume_reading()
+                    if p.buffered or p.done:  # arrived meanwhile: the caller takes it
+                        return
+        finally:
+            self._sink = None
+            if self._sink_paused:
+                self._sink_paused = False
+                if self.transport is not None and not self._read_paused:
+                    self.transport.resume_reading()
 
     async def send(self, data: bytes, timeout: float | None) -> None:
         """Write ``data``; wait (up to ``timeout``) only while the socket's buffer is full."""
@@ -324,6 +373,25 @@ class Body:
                 self._release()
                 self._finish()
                 raise
+
+    async def splice(self, sink: Callable[[bytes], int],
+                     drain: Callable[[], Awaitable[None]]) -> None:
+        """``Conn.splice`` for this body's reads, when none wait and the answer is
+        not all in; afterwards ``__anext__`` takes what is left (the end, a failure).
+        A wait past the idle limit fails as ``__anext__``'s would."""
+        conn, p = self._conn, self._parser
+        if self._released or p.done or p.buffered or conn.failure is not None or conn.closed:
+            return
+        try:
+            await conn.splice(sink, self._timeout, drain)
+        except TimeoutError:
+            self._release()
+            self._finish()
+            raise timed_out(self._failure, self._timeout, conn.addr) from None
+        except BaseException:
+            self._release()
+            self._finish()
+            raise
 
     async def aclose(self) -> None:
         """Stop reading: a connection whose answer is not all in is closed."""

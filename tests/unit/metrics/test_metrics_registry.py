@@ -129,6 +129,7 @@ def test_gateway_metrics_names_labels_and_kinds() -> None:
         "connections_refused": ("humpyard_connections_refused_total", Counter, ("reason",)),
         "tokens": ("humpyard_tokens_total", Counter, ("key", "route", "target", "kind")),
         "cost_usd": ("humpyard_cost_usd_total", Counter, ("key", "route", "target")),
+        "direct_writes": ("humpyard_stream_direct_writes_total", Counter, ("protocol",)),
     }
     for attr, (name, kind, labels) in expected.items():
         metric = getattr(gm, attr)
