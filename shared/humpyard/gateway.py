@@ -27,6 +27,7 @@ from humpyard.health.breaker import ENDPOINT_STATES, HealthSettings
 from humpyard.health.pacing import Pacing
 from humpyard.health.readiness import ReadinessProber
 from humpyard.latency import LatencyBook, LocalLatency
+from humpyard.leases import Leases
 from humpyard.ledger.periods import period_key
 from humpyard.ledger.sampling import RateSampler
 from humpyard.metrics import GatewayMetrics, Metrics
@@ -115,7 +116,10 @@ class Gateway:
                                   and getattr(self.store, "kind", None) != "memory")
         if self._state_off_thread:
             self._load_state(self.clock.now())
-        self.allowance = Allowance()  # budget reservations and per-key limits in flight
+        # Budget reservations and per-key limits in flight; across instances through
+        # leases of the store (leases.py).
+        self.allowance = Allowance(Leases(self.store, self.clock,
+                                          fallback=self.writer.submit_spend))
         self.provider_tpm = _provider_tpm(config)  # some provider has a tpm_limit (pacing)
         self.executor = Executor(self.client, self.health, self.readiness, self.clock,
                                  self.rng, on_latency=self._on_latency, on_event=self._on_event)
@@ -162,6 +166,8 @@ class Gateway:
         """Background work of a long-lived process: quota polling, retention, and
         recording override expiries as they happen."""
         jobs = [self._retention(stop), self._sweep_overrides(stop)]
+        if self.allowance.leases is not None:  # flush, renew and give back leases
+            jobs.append(self.allowance.leases.run(stop))
         if self.quota.providers():
             jobs.append(self.quota.run(stop))
         await asyncio.gather(*jobs)
@@ -386,7 +392,8 @@ class Gateway:
             if cached is not None and cached.periods.get(key_id, period) == period:
                 cached.spend[key_id] = cached.spend.get(key_id, 0.0) + usd
                 cached.periods.setdefault(key_id, period)
-        self.writer.submit_spend(key_id, period, usd)
+        if not self.allowance.count_spend(key_id, period, usd):  # else: with the lease
+            self.writer.submit_spend(key_id, period, usd)
 
     @property
     def tiered(self) -> Any:
@@ -448,6 +455,7 @@ class Gateway:
             self.metrics.routability_resend_seconds.observe(kw["ms"] / 1000)
 
     async def aclose(self) -> None:
+        await asyncio.to_thread(self.allowance.close)  # pending spend, leases given back
         self.reads.close()
         self.writer.close()
         await self.client.aclose()
