@@ -375,7 +375,8 @@ class LeaseStore(Protocol):
                      spent: float, held: float, want: float, now: float,
                      expires_at: float) -> LeaseAnswer:
         """Add ``spent`` to the key's spend in ``period``, set the instance's lease to
-        ``held`` (what is left of it; 0 returns it) and then, when ``want`` > 0, add
+        ``held`` (what is left of it, never more than the store holds for it: a lease
+        that expired is not revived; 0 returns it) and then, when ``want`` > 0, add
         ``want`` to the lease only if spend + every live lease + ``want`` <= ``limit``.
         Leases that expired by ``now`` stop counting (and are removed)."""
         ...

@@ -95,7 +95,7 @@ class DynamoDBLeases(DynamoDBBase):
     def _lease_write(self, key_id: str, period: str, name: str,
                      old: tuple[float, float] | None, limit: float, spent: float,
                      new_held: float, check: bool, expires_at: float) -> dict[str, Any]:
-        change = spent + new_held - (old[0] if old else 0.0)
+        change = round(spent + new_held - (old[0] if old else 0.0), 12)
         names = {"#u": "usd", "#c": "committed", "#l": name, "#ttl": TTL_ATTRIBUTE}
         values: dict[str, Any] = {
             ":z": N(0), ":s": N(spent), ":d": N(change),
@@ -115,7 +115,7 @@ class DynamoDBLeases(DynamoDBBase):
             values[":olde"] = N(old[1])
         if check:
             conditions.append("(attribute_not_exists(#c) OR #c <= :max)")
-            values[":max"] = N(limit - change)
+            values[":max"] = N(round(limit - change, 12) + 1e-12)
         answer = self._call(
             "update_item", TableName=self.state_table, Key=spend_key(key_id, period),
             UpdateExpression=update, ConditionExpression=" AND ".join(conditions),

@@ -45,7 +45,8 @@ class MemoryLeases:
                 self._spend[(key_id, period)] = self._spend.get((key_id, period), 0.0) + spent
             spend = self._spend.get((key_id, period), 0.0)
             others = sum(h for i, (h, _) in book.items() if i != instance)
-            held = max(0.0, held)
+            # never more than the store holds for it: an expired lease is not revived
+            held = max(0.0, min(held, book.get(instance, (0.0, 0.0))[0]))
             granted = False
             if want > 0 and spend + others + held + want <= limit + 1e-12:
                 held += want

@@ -72,7 +72,10 @@ class SQLiteLeases(SQLiteBase):
                 "SELECT COALESCE(SUM(held), 0), COUNT(*) FROM budget_leases "
                 "WHERE key_id = ? AND period = ? AND instance != ?",
                 (key_id, period, instance)).fetchone()
-            held = max(0.0, held)
+            row = conn.execute("SELECT held FROM budget_leases WHERE key_id = ? AND period = ? "
+                               "AND instance = ?", (key_id, period, instance)).fetchone()
+            # never more than the file holds for it: an expired lease is not revived
+            held = max(0.0, min(held, float(row[0]) if row else 0.0))
             granted = False
             if want > 0 and spend + float(others) + held + want <= limit + 1e-12:
                 held += want
