@@ -19,7 +19,10 @@ once per slice, never per request. A lease unused for ``IDLE_SECS`` is given
 back, every lease at shutdown; one not renewed within ``lease_secs`` (a
 dead instance's) stops counting for everyone else.
 
-The slice is ``max(need, min(left / (2 × holders), SLICE_FRACTION × usd))``;
+The first slice is what the request needs; later ones ``max(need, min(left /
+(2 × holders), SLICE_FRACTION × usd))`` with ``left`` and ``holders`` from the
+last write's answer, granted only while as much again per holder stays free
+(so the slices shrink with the room left);
 when the store refuses it, the instance asks again for exactly what the
 request needs, so near the bound a request is refused only when spend plus
 every live lease leaves no room for it: the key never spends more than its
@@ -168,12 +171,19 @@ class Leases:
             with self._lock:
                 book = self._book(key_id, period, limit)
                 need = max(usd - book.available(), 1e-9)
-                left = max(0.0, limit - book.committed)
-                slice_ = max(need, min(left / (2 * max(1, book.holders)),
-                                       SLICE_FRACTION * limit))
+                known = bool(book.written)
             try:
-                granted = await self._run(self._write, key_id, period, slice_)
-                if not granted and slice_ > need:
+                granted = False
+                if known:  # a slice sized by the last answer, then by this one's
+                    for _ in range(2):
+                        slice_, keep = self._slice(key_id, period, need)
+                        if slice_ <= need:
+                            break
+                        granted = await self._run(self._write, key_id, period, slice_,
+                                                  keep=keep)
+                        if granted:
+                            break
+                if not granted:  # exactly the need: refused only when nothing is left
                     granted = await self._run(self._write, key_id, period, need)
             except Exception:  # noqa: BLE001 - the store is down: the local check stands
                 log.exception("budget lease for key %s could not be taken; admitting on "
@@ -184,6 +194,17 @@ class Leases:
             if not granted:
                 return False
         return self.reserve_now(key_id, period, limit, usd)
+
+    def _slice(self, key_id: str, period: str, need: float) -> tuple[float, float]:
+        """A slice for the key and the room it must leave for the other holders: at most
+        ``SLICE_FRACTION`` of the budget and half the room left per holder, granted only
+        while as much again per holder stays free (so slices shrink as the room does)."""
+        with self._lock:
+            book = self._books[(key_id, period)]
+            holders = max(1, book.holders)
+            left = max(0.0, book.limit - book.committed)
+            slice_ = max(need, min(left / (2 * holders), SLICE_FRACTION * book.limit))
+        return slice_, slice_ * holders
 
     def unreserve(self, key_id: str, period: str, usd: float) -> None:
         """A request that reserved ``usd`` has ended (its cost comes with ``spend``)."""
@@ -219,7 +240,8 @@ class Leases:
                 book.flushing = False
         self._write(key_id, period, 0.0)
 
-    def _write(self, key_id: str, period: str, want: float, *, give_back: bool = False) -> bool:
+    def _write(self, key_id: str, period: str, want: float, *, give_back: bool = False,
+               keep: float = 0.0) -> bool:
         """One lease write: the pending spend, the lease less it (0 to give it back), and
         ``want`` more if it fits. Blocking: a worker thread's."""
         with self._io:
@@ -234,7 +256,7 @@ class Leases:
             try:
                 answer = self.store.lease_budget(key_id, period, self.instance, limit=limit,
                                                  spent=spent, held=held, want=want, now=now,
-                                                 expires_at=now + self.lease_secs)
+                                                 expires_at=now + self.lease_secs, keep=keep)
             except Exception:
                 if spent:  # the ledger writer writes it, or logs and counts it as lost
                     with self._lock:

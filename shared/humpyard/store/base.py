@@ -373,11 +373,12 @@ class LeaseStore(Protocol):
 
     def lease_budget(self, key_id: str, period: str, instance: str, *, limit: float,
                      spent: float, held: float, want: float, now: float,
-                     expires_at: float) -> LeaseAnswer:
+                     expires_at: float, keep: float = 0.0) -> LeaseAnswer:
         """Add ``spent`` to the key's spend in ``period``, set the instance's lease to
         ``held`` (what is left of it, never more than the store holds for it: a lease
         that expired is not revived; 0 returns it) and then, when ``want`` > 0, add
-        ``want`` to the lease only if spend + every live lease + ``want`` <= ``limit``.
+        ``want`` to the lease only if spend + every live lease + ``want`` + ``keep``
+        <= ``limit`` (``keep``: room the caller leaves for the other instances).
         Leases that expired by ``now`` stop counting (and are removed)."""
         ...
 

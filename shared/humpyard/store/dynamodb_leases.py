@@ -52,7 +52,7 @@ def _holders(item: dict[str, Any], now: float) -> int:
 class DynamoDBLeases(DynamoDBBase):
     """``lease_budget`` on the spend item; see the module docstring."""
 
-    def _mine(self) -> dict[tuple[str, str], tuple[float, float] | None]:
+    def _mine(self) -> dict[tuple[str, str, str], tuple[float, float] | None]:
         d: Any = self.__dict__
         if "_leases_mine" not in d:
             d["_leases_mine"] = {}
@@ -60,22 +60,22 @@ class DynamoDBLeases(DynamoDBBase):
 
     def lease_budget(self, key_id: str, period: str, instance: str, *, limit: float,
                      spent: float, held: float, want: float, now: float,
-                     expires_at: float) -> LeaseAnswer:
+                     expires_at: float, keep: float = 0.0) -> LeaseAnswer:
         spent = check_usd(spent)
         held = max(0.0, held)
         mine = self._mine()
         name = LEASE_PREFIX + instance
         for _ in range(_ATTEMPTS):
-            old = mine.get((key_id, period))
+            old = mine.get((key_id, period, name))
             try:
-                item = self._lease_write(key_id, period, name, old, limit, spent,
+                item = self._lease_write(key_id, period, name, old, limit - keep, spent,
                                          held + want if want > 0 else held, want > 0,
                                          expires_at)
             except ConditionFailed:
                 item = self._get_item(key_id, period)
                 stored = _lease(item, name)
                 if stored != old:  # reclaimed by another, or unknown to this instance
-                    mine[(key_id, period)] = stored
+                    mine[(key_id, period, name)] = stored
                     if stored is None:  # what it held no longer counts for anyone
                         held = 0.0
                     continue
@@ -86,7 +86,7 @@ class DynamoDBLeases(DynamoDBBase):
                 want = 0.0  # no room: write the spend and the lease as they are
                 continue
             lease = _lease(item, name)
-            mine[(key_id, period)] = lease
+            mine[(key_id, period, name)] = lease
             return LeaseAnswer(granted=want > 0, held=lease[0] if lease else 0.0,
                                committed=as_float(item, "committed"),
                                holders=_holders(item, now))

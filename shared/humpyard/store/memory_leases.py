@@ -34,7 +34,7 @@ class MemoryLeases:
 
     def lease_budget(self, key_id: str, period: str, instance: str, *, limit: float,
                      spent: float, held: float, want: float, now: float,
-                     expires_at: float) -> LeaseAnswer:
+                     expires_at: float, keep: float = 0.0) -> LeaseAnswer:
         spent = check_usd(spent)
         with self._locked():
             leases, _, _ = self._lease_tables()
@@ -48,7 +48,7 @@ class MemoryLeases:
             # never more than the store holds for it: an expired lease is not revived
             held = max(0.0, min(held, book.get(instance, (0.0, 0.0))[0]))
             granted = False
-            if want > 0 and spend + others + held + want <= limit + 1e-12:
+            if want > 0 and spend + others + held + want + keep <= limit + 1e-12:
                 held += want
                 granted = True
             if held > 0:

@@ -57,7 +57,7 @@ class SQLiteLeases(SQLiteBase):
 
     def lease_budget(self, key_id: str, period: str, instance: str, *, limit: float,
                      spent: float, held: float, want: float, now: float,
-                     expires_at: float) -> LeaseAnswer:
+                     expires_at: float, keep: float = 0.0) -> LeaseAnswer:
         spent = check_usd(spent)
         with self._tx() as conn:
             self._ensure(conn)
@@ -77,7 +77,7 @@ class SQLiteLeases(SQLiteBase):
             # never more than the file holds for it: an expired lease is not revived
             held = max(0.0, min(held, float(row[0]) if row else 0.0))
             granted = False
-            if want > 0 and spend + float(others) + held + want <= limit + 1e-12:
+            if want > 0 and spend + float(others) + held + want + keep <= limit + 1e-12:
                 held += want
                 granted = True
             if held > 0:

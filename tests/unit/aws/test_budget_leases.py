@@ -106,7 +106,7 @@ def test_a_dead_instances_lease_stops_counting_at_its_expiry(kind: str, tmp_path
 
 def test_spend_waits_in_the_instance_and_is_written_with_the_lease(tmp_path: Path) -> None:
     """On DynamoDB a lease write carries the spend of many requests: ten requests, one
-    lease taken, no write per request; the spend reaches the item within FLUSH_SECS."""
+    slice taken, no write per request; the spend reaches the item within FLUSH_SECS."""
     clock = FakeClock()
     with moto_tables() as client:
         writes: list[str] = []
@@ -133,11 +133,12 @@ def test_spend_waits_in_the_instance_and_is_written_with_the_lease(tmp_path: Pat
                 clock.advance(0.5)
 
         asyncio.run(ten())
-        assert writes == ["spend#k"]  # the one slice ($1: 10% of the budget)
-        assert store.get_spend("k", period) == 0
-        clock.advance(5.0)
-        assert leases.spend("k", period, 0.01)  # 10 s since the first unwritten cost
+        # the first request's need (which tells how much is left), then one slice ($1)
         assert writes == ["spend#k", "spend#k"]
+        assert store.get_spend("k", period) == pytest.approx(0.01)  # with the slice
+        clock.advance(6.0)
+        assert leases.spend("k", period, 0.01)  # 10 s since the first unwritten cost
+        assert writes == ["spend#k"] * 3
         assert store.get_spend("k", period) == pytest.approx(0.11)
         leases.close()  # shutdown gives the lease back
         assert store.get_spend("k", period) == pytest.approx(0.11)
