@@ -18,6 +18,10 @@ closes (``recording.py``): the slot, the reservation (the real cost is counted
 as spend by the record), and the difference between the estimated and the
 used tokens of the minute it was admitted in.
 
+Across instances sharing a store (``leases.py``): the budget is reserved
+from a lease of it (``reserve_budget``, which may await a store write), and
+on SQLite the per-key limits are counted in the store (``admit_shared``).
+
 Windows are fixed minutes of the injected clock (``floor(now / 60)``): a
 limit of N allows N in each clock minute, so any 60 seconds straddling a
 minute's end can see up to 2N (docs/decisions/0016-budget-reservations.md).
@@ -32,6 +36,9 @@ from datetime import UTC, datetime
 
 from humpyard.config.spec import KeySpec
 from humpyard.errors import RateLimited
+from humpyard.leases import Leases
+from humpyard.ledger.periods import period_key
+from humpyard.store.base import LimitCount
 
 WINDOW_SECS = 60.0
 
@@ -46,6 +53,8 @@ class Hold:
     parallel: bool = False  # holds one of max_parallel_requests
     usd: float = 0.0  # reserved against the budget
     settled: bool = False
+    period: str | None = None  # the budget period of a reservation from a lease
+    shared: bool = False  # counted in the store's shared per-key limit counters
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +94,8 @@ def limited(key: KeySpec | None) -> bool:
 class Allowance:
     """Per-key in-flight counts, minute windows and budget reservations of one process."""
 
-    def __init__(self) -> None:
+    def __init__(self, leases: Leases | None = None) -> None:
+        self.leases = leases
         self._lock = threading.Lock()
         self._reserved: dict[str, float] = {}
         self._minutes: dict[str, _Minute] = {}
@@ -105,7 +115,86 @@ class Allowance:
             hold.usd += usd
             self._reserved[hold.key_id] = self._reserved.get(hold.key_id, 0.0) + usd
 
+    async def reserve_budget(self, hold: Hold, key: KeySpec, usd: float, now: float) -> bool:
+        """Reserve ``usd`` of ``key``'s budget for ``hold``'s request: from this
+        instance's lease of it when the store leases budgets (taking a larger lease
+        may await one store write), else locally. False: the budget has no room for
+        it across every instance sharing the store (nothing reserved)."""
+        leases = self.leases
+        if usd <= 0 or hold.settled:
+            return True
+        if key.budget is None or leases is None or not leases.budgets:
+            self.reserve(hold, usd)
+            return True
+        period = period_key(key.budget.period, now)
+        if not leases.reserve_now(key.id, period, key.budget.usd, usd) \
+                and not await leases.take(key.id, period, key.budget.usd, usd):
+            return False
+        if hold.settled:  # the request ended while the lease was taken
+            leases.unreserve(key.id, period, usd)
+            return True
+        hold.period = period
+        self.reserve(hold, usd)
+        return True
+
+    def count_spend(self, key_id: str, period: str, usd: float) -> bool:
+        """Count spend with the key's lease (True: written with it, batched), or False:
+        the caller writes it through the ledger writer."""
+        return self.leases is not None and self.leases.spend(key_id, period, usd)
+
+    def close(self) -> None:
+        """Write pending spend and give the leases back (shutdown). Blocking."""
+        if self.leases is not None:
+            self.leases.close()
+
     # -- per-key limits -------------------------------------------------------
+
+    def shared(self, key: KeySpec | None) -> bool:
+        """Whether ``key``'s limits are counted in the store, across instances."""
+        return limited(key) and self.leases is not None and self.leases.limits
+
+    async def admit_shared(self, key: KeySpec, tokens: int,
+                           now: float) -> tuple[Hold, LimitState | None]:
+        """``admit`` against the counters every instance on the store shares (one store
+        transaction, in a worker thread); local when the store does not share them."""
+        leases = self.leases
+        if leases is None or not self.shared(key):
+            return self.admit(key, tokens, now)
+        start = math.floor(now / WINDOW_SECS) * WINDOW_SECS
+        counted = await leases.take_limits(key.id, window=start, rpm=key.rpm_limit,
+                                           tpm=key.tpm_limit,
+                                           parallel=key.max_parallel_requests,
+                                           tokens=tokens, now=now)
+        state = _shared_state(key, counted, start, now)
+        if counted.refused is not None:
+            limit = counted.refused
+            wait = 1.0 if limit == "max_parallel_requests" else start + WINDOW_SECS - now
+            why = {"max_parallel_requests":
+                   f"{counted.in_flight} requests of this key are in flight; "
+                   f"max_parallel_requests is {key.max_parallel_requests}",
+                   "rpm_limit": f"this key has made {counted.requests} requests this "
+                   f"minute; rpm_limit is {key.rpm_limit}",
+                   "tpm_limit": f"this key has used {counted.tokens} tokens this minute "
+                   f"and this request may use {tokens} more; tpm_limit is "
+                   f"{key.tpm_limit}"}[limit]
+            err = RateLimited(f"rate limit reached for key {key.id!r}: {why}; "
+                              f"retry after {_ceil(wait)}s", limit=limit,
+                              retry_after=max(1.0, wait))
+            err.state = state  # type: ignore[attr-defined]
+            raise err
+        hold = Hold(key.id, window=start, shared=True,
+                    tokens=tokens if key.tpm_limit is not None else 0,
+                    parallel=key.max_parallel_requests is not None)
+        return hold, state
+
+    async def state_shared(self, key: KeySpec, now: float) -> LimitState:
+        """``state`` from the store's shared counters when they are shared (explain)."""
+        leases = self.leases
+        if leases is None or not self.shared(key):
+            return self.state(key, now)
+        start = math.floor(now / WINDOW_SECS) * WINDOW_SECS
+        return _shared_state(key, await leases.counts(key.id, start, now), start, now)
+
 
     def _minute(self, key_id: str, now: float) -> _Minute:
         start = math.floor(now / WINDOW_SECS) * WINDOW_SECS
@@ -180,6 +269,20 @@ class Allowance:
                 return
             hold.settled = True
             key_id = hold.key_id
+            if hold.usd and hold.period is not None and self.leases is not None:
+                self.leases.unreserve(key_id, hold.period, hold.usd)
+            if hold.shared:
+                if hold.usd:
+                    left_usd = self._reserved.get(key_id, 0.0) - hold.usd
+                    if left_usd > 1e-12:
+                        self._reserved[key_id] = left_usd
+                    else:
+                        self._reserved.pop(key_id, None)
+                delta = 0 if tokens is None else tokens - hold.tokens
+                if self.leases is not None and (hold.parallel or delta):
+                    self.leases.release_limits(key_id, window=hold.window, tokens=delta,
+                                               parallel=hold.parallel)
+                return
             if hold.parallel:
                 left = self._in_flight.get(key_id, 1) - 1
                 if left > 0:
@@ -196,6 +299,15 @@ class Allowance:
             if tokens is not None and m is not None and m.start == hold.window \
                     and (hold.tokens or tokens):
                 m.tokens = max(0, m.tokens + tokens - hold.tokens)
+
+
+def _shared_state(key: KeySpec, c: LimitCount, start: float, now: float) -> LimitState:
+    return LimitState(rpm_limit=key.rpm_limit,
+                      requests_left=max(0, (key.rpm_limit or 0) - c.requests),
+                      tpm_limit=key.tpm_limit,
+                      tokens_left=max(0, (key.tpm_limit or 0) - c.tokens),
+                      parallel_limit=key.max_parallel_requests, in_flight=c.in_flight,
+                      reset_at=start + WINDOW_SECS, now=now)
 
 
 def _ceil(secs: float) -> int:

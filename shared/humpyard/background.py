@@ -52,6 +52,9 @@ class Background:
     async def run(self, stop: asyncio.Event) -> None:
         """Run every job until ``stop`` is set."""
         jobs = [self._retention(stop), self._sweep_overrides(stop)]
+        leases = self.state.allowance.leases
+        if leases is not None:  # flush, renew and give back leases
+            jobs.append(leases.run(stop))
         if isinstance(self.latency, SharedLatency):
             jobs.append(self._flush_latency(stop))
         source = self.state.source

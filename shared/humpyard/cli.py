@@ -101,6 +101,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Until ``serve`` takes SIGINT and SIGTERM over, either one ends the process as
     # Ctrl-C does (exit 0, the log drained at exit) rather than by the signal.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    if args.worker_fd is not None:
+        # A worker still starting reads the file as it is; a SIGHUP the parent sends
+        # meanwhile must not end it (serve takes SIGHUP over once it serves).
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         run_loop(serve(args.config, args.host, args.port, worker_fd=args.worker_fd))
     except ConfigError as e:

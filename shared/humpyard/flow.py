@@ -9,6 +9,7 @@ the request's record (``recording.py``) around it.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from humpyard.allowance import Hold, limit_headers, limited
@@ -21,7 +22,7 @@ from humpyard.ledger.periods import seconds_left
 from humpyard.planning.estimate import analyse_request
 from humpyard.planning.plan import plan as make_plan
 from humpyard.planning.policy import worst_cost
-from humpyard.planning.types import Plan, RequestFacts
+from humpyard.planning.types import Plan, RequestFacts, StateSnapshot
 from humpyard.records import Call, Native, Served
 from humpyard.sessions import session_id
 
@@ -73,15 +74,13 @@ async def serve(gw: Gateway, call: Call) -> Served:
     call.ts = gw.clock.now()
     try:
         call.facts = facts = facts_for(call)
-        hold = _admit(gw, call, facts)
+        hold = await _admit(gw, call, facts)
         snapshot = gw.state.snapshot(call.ts)
         # Seeded routes draw from their own source in route_rngs (the planner keeps it).
         call.plan = make_plan(facts, snapshot, call.config, call.ts, gw.rng, policy=gw.policy,
                               route_rngs=gw.route_rngs)
         if hold is not None and call.key is not None and call.key.budget is not None:
-            # No await since the snapshot: nothing else was admitted in between.
-            gw.allowance.reserve(hold, max((worst_cost(t.endpoints, facts)
-                                            for t in call.plan.targets), default=0.0))
+            await _reserve(gw, call, hold, facts, snapshot)
         native = _native(call)
         if call.plan.tiers:
             served = await run_tiered(gw.tiered, gw.executor, call.plan, call.config, call.body,
@@ -104,7 +103,24 @@ async def serve(gw: Gateway, call: Call) -> Served:
     return served
 
 
-def _admit(gw: Gateway, call: Call, facts: RequestFacts) -> Hold | None:
+async def _reserve(gw: Gateway, call: Call, hold: Hold, facts: RequestFacts,
+                   snapshot: StateSnapshot) -> None:
+    """Reserve the plan's largest worst case against the key's budget. With no await
+    since the snapshot, nothing else was admitted in between; across instances the
+    reservation comes from this instance's lease of the budget (``leases.py``), and
+    when the budget has no room left for it anywhere the request is planned again as
+    for a spent budget: free targets only, else ``BudgetExhausted``."""
+    key = call.key
+    assert key is not None and key.budget is not None and call.plan is not None
+    usd = max((worst_cost(t.endpoints, facts) for t in call.plan.targets), default=0.0)
+    if await gw.allowance.reserve_budget(hold, key, usd, call.ts):
+        return
+    spent = replace(snapshot, spend_usd={**snapshot.spend_usd, key.id: key.budget.usd})
+    call.plan = make_plan(facts, spent, call.config, call.ts, gw.rng, policy=gw.policy,
+                          route_rngs=gw.route_rngs)
+
+
+async def _admit(gw: Gateway, call: Call, facts: RequestFacts) -> Hold | None:
     """Take the request's share of its key's limits (``RateLimited`` beyond one) and
     leave on ``call`` how to give it back when the record closes (``recording.py``);
     the tokens an answer used count against its provider's ``tpm_limit`` then too."""
@@ -116,7 +132,7 @@ def _admit(gw: Gateway, call: Call, facts: RequestFacts) -> Hold | None:
     if key is not None and keyed:
         tokens = (facts.prompt_tokens or 0) + (facts.max_tokens or 0)
         try:
-            hold, state = gw.allowance.admit(key, tokens, call.ts)
+            hold, state = await gw.allowance.admit_shared(key, tokens, call.ts)
         except RateLimited as e:
             call.limit_headers = limit_headers(getattr(e, "state", None), call.protocol)
             raise

@@ -36,6 +36,7 @@ from humpyard.health.readiness import ReadinessProber
 from humpyard.health.shared import SharedHealth
 from humpyard.latency import LatencyBook, LocalLatency
 from humpyard.latency_shared import SharedLatency
+from humpyard.leases import Leases
 from humpyard.ledger.sampling import RateSampler
 from humpyard.metrics import GatewayMetrics, Metrics
 from humpyard.planning.policy import RoutingPolicy
@@ -106,7 +107,10 @@ class Gateway:
         self.refusals = RateSampler(config.refused_per_minute)
         self.spans: Any = None  # telemetry.Spans when OpenTelemetry traces are on
         self.reads = ReadPool()  # the admin API's store calls, off the event loop
-        self.allowance = Allowance()  # budget reservations and per-key limits in flight
+        # Budget reservations and per-key limits in flight; across instances through
+        # leases of the store (leases.py).
+        self.allowance = Allowance(Leases(self.store, self.clock,
+                                          fallback=self.writer.submit_spend))
         self.provider_tpm = _provider_tpm(config)  # some provider has a tpm_limit (pacing)
         self.executor = Executor(self.client, self.health, self.readiness, self.clock,
                                  self.rng, on_latency=self._on_latency, on_event=self._on_event)
@@ -266,6 +270,7 @@ class Gateway:
             self.metrics.routability_resend_seconds.observe(kw["ms"] / 1000)
 
     async def aclose(self) -> None:
+        await asyncio.to_thread(self.allowance.close)  # pending spend, leases given back
         self.reads.close()
         self.writer.close()
         await self.client.aclose()

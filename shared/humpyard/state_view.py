@@ -174,7 +174,8 @@ class StateView:
             if cached is not None and cached.periods.get(key_id, period) == period:
                 cached.spend[key_id] = cached.spend.get(key_id, 0.0) + usd
                 cached.periods.setdefault(key_id, period)
-        self.writer.submit_spend(key_id, period, usd)
+        if not self.allowance.count_spend(key_id, period, usd):  # else: with the lease
+            self.writer.submit_spend(key_id, period, usd)
 
     # -- the two ways in -----------------------------------------------------------------
 

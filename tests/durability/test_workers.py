@@ -304,6 +304,8 @@ def test_sighup_reloads_every_worker_all_or_nothing(tmp_path: Path, upstream: Fa
     cfg = write_config(tmp_path, target(upstream.url))
     server = start(cfg, tmp_path)
     try:
+        poll(lambda: server.output().count("Application startup complete") == 2,
+             what="both workers to serve")
         assert post(server.url, "t2").status_code == 404
         good = cfg.read_text() + '\n[routes.t2]\ntargets = ["t"]\n'
         cfg.write_text(good)

@@ -33,7 +33,8 @@ from tests.support.steps import status
 WRITES = frozenset({
     "write_batch", "append_decision", "add_spend", "create_override", "delete_override", "audit",
     "expire_due", "purge", "put_quota_snapshot", "append_quota_history", "put_breaker",
-    "add_latency", "purge_latency",
+    "add_latency", "purge_latency", "lease_budget", "take_limits", "release_limits",
+    "renew_slots",
 })
 
 

@@ -212,9 +212,10 @@ def test_decisions_stats_overrides_and_spend_are_shared(
     until(lambda: chat(a, KEYS["OPS_KEY"]).headers["x-humpyard-target"] == "primary",
           "a to route to primary again")
 
-    # Spend: $1 a request (a million prompt tokens at $1 per million) against a $1.50
-    # budget; one request through each process exhausts it for both, so both route
-    # the key to the free target only (a budget removes priced targets).
+    # Spend: $1 a request (the upstream reports a million prompt tokens at $1 per
+    # million, far past the few the request's reservation expected) against a $1.50
+    # budget; one request through each process exhausts it for both, so both route the
+    # key to the free target only (a budget removes priced targets).
     primary.default = ok("priced", usage={"prompt_tokens": 1_000_000, "completion_tokens": 0,
                                           "total_tokens": 1_000_000})
     chat(a, KEYS["APP_KEY"])
@@ -225,7 +226,9 @@ def test_decisions_stats_overrides_and_spend_are_shared(
         line = next((x for x in text.splitlines()
                      if x.startswith('humpyard_budget_spend_usd{key="app"}')), "")
         return float(line.rsplit(" ", 1)[1]) if line else 0.0
-    until(lambda: spent(a) >= 2.0 and spent(b) >= 2.0, "both processes to count $2")
+    # the spend goes to the table with the lease (at most every 10 s an instance)
+    until(lambda: spent(a) >= 2.0 and spent(b) >= 2.0, "both processes to count $2",
+          timeout=30.0)
     before = chat_calls(primary)
     for proc in (a, b):
         assert chat(proc, KEYS["APP_KEY"]).headers["x-humpyard-target"] == "backup"

@@ -79,6 +79,6 @@ async def explain_route(request: Request) -> Response:
                      recent=recent, health_views=views,
                      policy=gw.policy)
     # The key's per-key limits now (allowance.py): what the next request would meet.
-    answer["limits"] = (gw.allowance.state(key, now).to_dict()
+    answer["limits"] = ((await gw.allowance.state_shared(key, now)).to_dict()
                         if key is not None and limited(key) else None)
     return json_response(answer)

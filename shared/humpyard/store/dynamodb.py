@@ -32,6 +32,7 @@ from typing import Any
 from humpyard.errors import StoreError
 from humpyard.store.base import SharedRead, SharedRequest
 from humpyard.store.dynamodb_base import S, as_float, as_int, as_str
+from humpyard.store.dynamodb_leases import DynamoDBLeases
 from humpyard.store.dynamodb_ledger import DynamoDBLedger, LedgerWriteError, spend_key
 from humpyard.store.dynamodb_live import (
     LATENCY_SHARDS,
@@ -50,7 +51,8 @@ __all__ = ["LEDGER_TABLE", "STATE_TABLE", "DynamoDBStore", "LedgerWriteError", "
 logger = logging.getLogger("humpyard.store")
 
 
-class DynamoDBStore(DynamoDBLedger, DynamoDBOverrides, DynamoDBQuota, DynamoDBLive):
+class DynamoDBStore(DynamoDBLedger, DynamoDBOverrides, DynamoDBQuota, DynamoDBLive,
+                    DynamoDBLeases):
     """A ``Store`` on the tables ``state_table`` and ``ledger_table``.
 
     ``DynamoDBStore(state_table, ledger_table, *, clock, client,

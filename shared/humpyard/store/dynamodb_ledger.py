@@ -350,8 +350,8 @@ class DynamoDBLedger(DynamoDBStats):
         usd = check_usd(usd)
         answer = self._call(
             "update_item", TableName=self.state_table, Key=spend_key(key_id, period),
-            UpdateExpression="ADD #u :u SET #ttl = :ttl",
-            ExpressionAttributeNames={"#u": "usd", "#ttl": TTL_ATTRIBUTE},
+            UpdateExpression="ADD #u :u, #c :u SET #ttl = :ttl",  # committed: leases
+            ExpressionAttributeNames={"#u": "usd", "#c": "committed", "#ttl": TTL_ATTRIBUTE},
             ExpressionAttributeValues={":u": N(usd),
                                        ":ttl": N(int(self._clock.now() + SPEND_TTL_SECS))},
             ReturnValues="UPDATED_NEW")

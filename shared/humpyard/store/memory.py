@@ -20,6 +20,7 @@ from humpyard.store import aggregates as agg
 from humpyard.store import decisions as dec
 from humpyard.store.base import LedgerBatch
 from humpyard.store.live import LiveState, LiveStateDelegate
+from humpyard.store.memory_leases import MemoryLeases
 from humpyard.store.rows import (
     audit_entry,
     check_usd,
@@ -31,7 +32,7 @@ from humpyard.store.rows import (
 NO_LEDGER_MAX_DECISIONS = 10_000
 
 
-class MemoryStore(LiveStateDelegate):
+class MemoryStore(MemoryLeases, LiveStateDelegate):
     """An in-process ``Store``; every method is atomic under one lock.
 
     ``ledger=False`` makes ``has_ledger`` False: ``create_override`` raises

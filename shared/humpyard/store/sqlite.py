@@ -12,13 +12,15 @@ from __future__ import annotations
 from humpyard.clock import Clock
 from humpyard.store.live import LiveState, LiveStateDelegate
 from humpyard.store.sqlite_base import BUSY_TIMEOUT_SECS
+from humpyard.store.sqlite_leases import SQLiteLeases
 from humpyard.store.sqlite_ledger import SQLiteLedger
 from humpyard.store.sqlite_live import SQLiteLive
 from humpyard.store.sqlite_schema import migrate
 from humpyard.store.sqlite_state import SQLiteOverrides, SQLiteQuota
 
 
-class SQLiteStore(SQLiteLedger, SQLiteOverrides, SQLiteQuota, LiveStateDelegate):
+class SQLiteStore(SQLiteLedger, SQLiteOverrides, SQLiteQuota, SQLiteLeases,
+                  LiveStateDelegate):
     """A ``Store`` on the SQLite file at ``path`` (``":memory:"`` for a private one).
 
     Opening creates the file if needed and applies pending migrations;

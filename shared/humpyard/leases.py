@@ -1,0 +1,378 @@
+"""Budgets and per-key limits across instances sharing one store: leases and shared counters.
+
+One ``Leases`` per gateway process (or Lambda instance), named by a random
+instance id. It talks to the store's ``LeaseStore`` half
+(``store/base.py``) and never on the event loop: every store call runs in a
+worker thread (``asyncio.to_thread`` while a request awaits it, one
+background thread for the writes nobody waits for), except on the memory
+store, whose calls are a dict update under a lock and run in place.
+
+**Budget leases.** An instance takes a *slice* of a key's budget for the
+period with one conditional write (``lease_budget``: granted only when the
+key's spend plus every live lease plus the slice fits in ``usd``), reserves
+its requests against the slice locally (``reserve_now``: no store call), and
+counts their real cost as *pending* spend. Pending spend is written with the
+next lease write of the key (spend added and the lease reduced by it in one
+atomic step) or after ``flush_secs`` — on DynamoDB every 10 s, so a key's
+period item is written at most once per ``flush_secs`` per instance plus
+once per slice, never per request. A lease unused for ``IDLE_SECS`` is given
+back, every lease at shutdown; one not renewed within ``lease_secs`` (a
+dead instance's) stops counting for everyone else.
+
+The first slice is what the request needs; later ones ``max(need, min(left /
+(2 × holders), SLICE_FRACTION × usd))`` with ``left`` and ``holders`` from the
+last write's answer, granted only while as much again per holder stays free
+(so the slices shrink with the room left);
+when the store refuses it, the instance asks again for exactly what the
+request needs, so near the bound a request is refused only when spend plus
+every live lease leaves no room for it: the key never spends more than its
+budget plus one request's misestimate, and at most the unused slices of the
+other instances (and of dead ones, until they expire) are refused early.
+
+**Per-key limits.** On a store that other processes share cheaply (SQLite, a
+local file) ``rpm_limit``, ``tpm_limit`` and ``max_parallel_requests`` are
+counted in the store with one transaction per admission and one per release
+(``take_limits``/``release_limits``): exact across processes. In-flight slots
+are rows per instance with an expiry renewed by the background tick, so a
+killed process frees its slots within ``lease_secs``. On the memory store
+(one process) and on DynamoDB the limits stay per process
+(docs/decisions/0016-budget-reservations.md says why and what remains).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from humpyard.clock import Clock
+from humpyard.store.base import LimitCount
+
+log = logging.getLogger("humpyard.leases")
+T = TypeVar("T")
+
+LEASE_SECS = 120.0
+"""A lease or in-flight slot row not renewed for this long stops counting (a dead instance's)."""
+IDLE_SECS = 30.0
+"""A lease no request has used for this long is given back."""
+SLICE_FRACTION = 0.1
+"""A slice is at most this share of the budget, so idle slices strand little of it."""
+FLUSH_SECS = {"memory": 0.0, "sqlite": 0.0, "dynamodb": 10.0}
+"""How long settled spend may wait in the instance before it is written, per store kind."""
+TICK_SECS = 1.0
+"""How often a long-lived process flushes, renews and gives back leases."""
+SHARED_LIMITS = frozenset({"sqlite"})
+"""Store kinds whose per-key limit counters are shared (one transaction per request)."""
+
+
+@dataclass(slots=True)
+class _Book:
+    """One key's lease in one budget period, as this instance sees it."""
+
+    limit: float
+    held: float = 0.0  # the lease as the store has it (USD)
+    used: float = 0.0  # reserved by this instance's requests in flight
+    pending: float = 0.0  # settled cost not written yet
+    since: float | None = None  # clock time of the oldest pending cost
+    written: float = 0.0  # when the lease was last written (renewed)
+    last_use: float = 0.0
+    holders: int = 1
+    committed: float = 0.0  # spend + every live lease, at the last write
+    flushing: bool = False  # a background flush is queued
+
+    def available(self) -> float:
+        return self.held - self.used - self.pending
+
+
+class Leases:
+    """This instance's budget leases and its view of the shared per-key limit counters."""
+
+    def __init__(self, store: Any, clock: Clock, *, instance: str | None = None,
+                 flush_secs: float | None = None, lease_secs: float = LEASE_SECS,
+                 idle_secs: float = IDLE_SECS,
+                 fallback: Callable[[str, str, float], object] | None = None) -> None:
+        self.store = store
+        # Where spend goes when a lease write carrying it fails: the ledger writer.
+        self.fallback: Callable[[str, str, float], object] = fallback or _drop
+        self.clock = clock
+        self.instance = instance or secrets.token_hex(4)
+        kind = getattr(store, "kind", "")
+        self.budgets = callable(getattr(store, "lease_budget", None))
+        self.limits = kind in SHARED_LIMITS and callable(getattr(store, "take_limits", None))
+        self.inline = kind == "memory"
+        self.flush_secs = FLUSH_SECS.get(kind, 0.0) if flush_secs is None else flush_secs
+        self.lease_secs = lease_secs
+        self.idle_secs = idle_secs
+        self._books: dict[tuple[str, str], _Book] = {}
+        self._lock = threading.Lock()  # the books; never held across a store call
+        self._io = threading.Lock()  # one lease write at a time
+        self._pool: ThreadPoolExecutor | None = None
+        self._in_flight = 0  # requests holding a shared in-flight slot
+        self._closed = False
+
+    # -- running store calls off the loop -------------------------------------
+
+    async def _run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        if self.inline:
+            return fn(*args, **kw)
+        return await asyncio.to_thread(fn, *args, **kw)
+
+    def _later(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> None:
+        """Run ``fn`` soon, in order, on the background thread (in place on memory)."""
+        if self.inline:
+            fn(*args, **kw)
+            return
+        with self._lock:
+            if self._closed:
+                pool = None
+            else:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(1, thread_name_prefix="humpyard-leases")
+                pool = self._pool
+        if pool is None:
+            fn(*args, **kw)
+            return
+        try:
+            pool.submit(_logged, fn, *args, **kw)
+        except RuntimeError:  # shut down meanwhile
+            fn(*args, **kw)
+
+    # -- budget leases ----------------------------------------------------------
+
+    def _book(self, key_id: str, period: str, limit: float) -> _Book:
+        book = self._books.get((key_id, period))
+        if book is None:
+            book = self._books[(key_id, period)] = _Book(limit=limit)
+        book.limit = limit  # a reload may change the budget
+        return book
+
+    def reserve_now(self, key_id: str, period: str, limit: float, usd: float) -> bool:
+        """Reserve ``usd`` from the lease already held, without a store call."""
+        with self._lock:
+            book = self._book(key_id, period, limit)
+            book.last_use = self.clock.now()
+            if book.available() + 1e-12 >= usd:
+                book.used += usd
+                return True
+            return False
+
+    async def take(self, key_id: str, period: str, limit: float, usd: float) -> bool:
+        """Reserve ``usd`` of the key's budget, taking a larger lease first when the one
+        held cannot cover it; False when the budget has no room for it (across every
+        instance's spend and leases)."""
+        for _ in range(4):
+            if self.reserve_now(key_id, period, limit, usd):
+                return True
+            with self._lock:
+                book = self._book(key_id, period, limit)
+                need = max(usd - book.available(), 1e-9)
+                known = bool(book.written)
+            try:
+                granted = False
+                if known:  # a slice sized by the last answer, then by this one's
+                    for _ in range(2):
+                        slice_, keep = self._slice(key_id, period, need)
+                        if slice_ <= need:
+                            break
+                        granted = await self._run(self._write, key_id, period, slice_,
+                                                  keep=keep)
+                        if granted:
+                            break
+                if not granted:  # exactly the need: refused only when nothing is left
+                    granted = await self._run(self._write, key_id, period, need)
+            except Exception:  # noqa: BLE001 - the store is down: the local check stands
+                log.exception("budget lease for key %s could not be taken; admitting on "
+                              "this instance's view of the budget", key_id)
+                with self._lock:
+                    self._book(key_id, period, limit).used += usd
+                return True
+            if not granted:
+                return False
+        return self.reserve_now(key_id, period, limit, usd)
+
+    def _slice(self, key_id: str, period: str, need: float) -> tuple[float, float]:
+        """A slice for the key and the room it must leave for the other holders: at most
+        ``SLICE_FRACTION`` of the budget and half the room left per holder, granted only
+        while as much again per holder stays free (so slices shrink as the room does)."""
+        with self._lock:
+            book = self._books[(key_id, period)]
+            holders = max(1, book.holders)
+            left = max(0.0, book.limit - book.committed)
+            slice_ = max(need, min(left / (2 * holders), SLICE_FRACTION * book.limit))
+        return slice_, slice_ * holders
+
+    def unreserve(self, key_id: str, period: str, usd: float) -> None:
+        """A request that reserved ``usd`` has ended (its cost comes with ``spend``)."""
+        with self._lock:
+            book = self._books.get((key_id, period))
+            if book is not None:
+                book.used = max(0.0, book.used - usd)
+
+    def spend(self, key_id: str, period: str, usd: float) -> bool:
+        """Count ``usd`` spent by the key; written with the lease (True), or False when
+        the key has no lease here (the caller writes it the usual way)."""
+        if not self.budgets:
+            return False
+        now = self.clock.now()
+        with self._lock:
+            book = self._books.get((key_id, period))
+            if book is None:
+                return False
+            book.pending += usd
+            if book.since is None:
+                book.since = now
+            due = now - book.since >= self.flush_secs and not book.flushing
+            if due:
+                book.flushing = True
+        if due:
+            self._later(self._flush, key_id, period)
+        return True
+
+    def _flush(self, key_id: str, period: str) -> None:
+        with self._lock:
+            book = self._books.get((key_id, period))
+            if book is not None:
+                book.flushing = False
+        self._write(key_id, period, 0.0)
+
+    def _write(self, key_id: str, period: str, want: float, *, give_back: bool = False,
+               keep: float = 0.0) -> bool:
+        """One lease write: the pending spend, the lease less it (0 to give it back), and
+        ``want`` more if it fits. Blocking: a worker thread's."""
+        with self._io:
+            with self._lock:
+                book = self._books.get((key_id, period))
+                if book is None:
+                    return False
+                spent = book.pending
+                held = 0.0 if give_back else max(0.0, book.held - spent)
+                limit = book.limit
+            now = self.clock.now()
+            try:
+                answer = self.store.lease_budget(key_id, period, self.instance, limit=limit,
+                                                 spent=spent, held=held, want=want, now=now,
+                                                 expires_at=now + self.lease_secs, keep=keep)
+            except Exception:
+                if spent:  # the ledger writer writes it, or logs and counts it as lost
+                    with self._lock:
+                        book.pending = max(0.0, book.pending - spent)
+                        if book.pending <= 1e-12:
+                            book.pending, book.since = 0.0, None
+                    self.fallback(key_id, period, spent)
+                raise
+            with self._lock:
+                book.pending = max(0.0, book.pending - spent)
+                if book.pending <= 1e-12:
+                    book.pending, book.since = 0.0, None
+                book.held = answer.held
+                book.committed = answer.committed
+                book.holders = answer.holders
+                book.written = now
+            return answer.granted
+
+    def held(self) -> dict[tuple[str, str], float]:
+        """(key id, period) → the lease this instance holds (explain, tests)."""
+        with self._lock:
+            return {k: b.held for k, b in self._books.items() if b.held > 0}
+
+    # -- per-key limits shared through the store -------------------------------
+
+    async def take_limits(self, key_id: str, *, window: float, rpm: int | None,
+                          tpm: int | None, parallel: int | None, tokens: int,
+                          now: float) -> LimitCount:
+        counted = await self._run(self.store.take_limits, key_id, self.instance,
+                                  window=window, rpm=rpm, tpm=tpm, parallel=parallel,
+                                  tokens=tokens, now=now, expires_at=now + self.lease_secs)
+        if counted.refused is None and parallel is not None:
+            with self._lock:
+                self._in_flight += 1
+        return counted
+
+    def release_limits(self, key_id: str, *, window: float, tokens: int,
+                       parallel: bool) -> None:
+        if parallel:
+            with self._lock:
+                self._in_flight = max(0, self._in_flight - 1)
+        now = self.clock.now()
+        self._later(self.store.release_limits, key_id, self.instance, window=window,
+                    tokens=tokens, parallel=parallel, now=now,
+                    expires_at=now + self.lease_secs)
+
+    async def counts(self, key_id: str, window: float, now: float) -> LimitCount:
+        return await self._run(self.store.limit_counts, key_id, window=window, now=now)
+
+    # -- upkeep ---------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Flush due spend, renew leases in use, give back idle ones and those of a past
+        period, renew this instance's in-flight slots. Blocking: a worker thread's."""
+        now = self.clock.now()
+        with self._lock:
+            books = list(self._books.items())
+            slots = self._in_flight > 0
+        for (key_id, period), book in books:
+            try:
+                idle = book.used <= 1e-12 and now - book.last_use >= self.idle_secs
+                if idle and (book.held > 0 or book.pending > 0):
+                    self._write(key_id, period, 0.0, give_back=True)
+                elif book.pending > 0 and book.since is not None \
+                        and now - book.since >= self.flush_secs:
+                    self._write(key_id, period, 0.0)
+                elif book.held > 0 and now - book.written >= self.lease_secs / 3:
+                    self._write(key_id, period, 0.0)
+                if idle and book.held <= 0 and book.pending <= 0:
+                    with self._lock:
+                        if self._books.get((key_id, period)) is book and book.used <= 1e-12:
+                            del self._books[(key_id, period)]
+            except Exception:  # noqa: BLE001 - upkeep must never stop the gateway
+                log.exception("budget lease upkeep failed for key %s", key_id)
+        if slots and self.limits:
+            try:
+                self.store.renew_slots(self.instance, now + self.lease_secs)
+            except Exception:  # noqa: BLE001
+                log.exception("in-flight slots could not be renewed")
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """A long-lived process's upkeep: ``tick`` every ``TICK_SECS`` off the loop."""
+        if not self.budgets and not self.limits:
+            return
+        while not stop.is_set():
+            try:
+                await asyncio.to_thread(self.tick)
+            except Exception:  # noqa: BLE001
+                log.exception("lease upkeep failed")
+            try:
+                await asyncio.wait_for(stop.wait(), TICK_SECS)
+            except TimeoutError:
+                pass
+
+    def close(self) -> None:
+        """Write pending spend and give every lease back (shutdown). Blocking."""
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+            books = list(self._books)
+        if pool is not None:
+            pool.shutdown(wait=True)
+        for key_id, period in books:
+            try:
+                self._write(key_id, period, 0.0, give_back=True)
+            except Exception:  # noqa: BLE001 - the lease expires on its own
+                log.exception("budget lease for key %s could not be given back", key_id)
+
+
+def _drop(key_id: str, period: str, usd: float) -> None:
+    log.error("spend not written key_id=%s period=%s usd=%s: its lease write failed",
+              key_id, period, usd)
+
+
+def _logged(fn: Callable[..., Any], *args: Any, **kw: Any) -> None:
+    try:
+        fn(*args, **kw)
+    except Exception:  # noqa: BLE001 - a background write must not vanish silently
+        log.exception("background lease write failed")

@@ -1,0 +1,101 @@
+"""Two Lambda instances (the real wiring) over one moto DynamoDB share a key's budget.
+
+A $0.01 budget and requests whose worst case is $0.008: while the first
+request is in flight on instance A, a request on instance B must be refused
+(``budget_exhausted``) — before leases B planned on its own view (A's
+reservation is A's alone, its spend not written yet) and served it too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from humpyard.aws.build import Instance, build_gateway
+from humpyard.aws.env import LambdaEnv
+from humpyard.aws.flush import FlushMiddleware
+from humpyard.clock import FakeClock
+from humpyard.http.app import create_app
+from tests.unit.aws.moto_support import LEDGER, STATE
+
+CONFIG = """
+state_refresh_ms = 1000
+[providers.p]
+base_url = "http://p.test/v1"
+[targets.t]
+endpoints = [{ provider = "p", model = "m", price = { input = 100.0, output = 100.0 } }]
+[routes.r]
+type = "passthrough"
+targets = ["t"]
+[keys.k]
+key_env = "KEY"
+budget = { usd = 0.01, period = "day" }
+"""
+
+
+def test_a_budget_is_shared_by_two_lambda_instances(client: Any, clock: FakeClock,
+                                                    tmp_path: Path) -> None:
+    path = tmp_path / "humpyard.toml"
+    path.write_text(CONFIG)
+    env = LambdaEnv.from_environ({"HUMPYARD_STATE_TABLE": STATE,
+                                  "HUMPYARD_LEDGER_TABLE": LEDGER,
+                                  "HUMPYARD_CONFIG": str(path)})
+    arrived, release = asyncio.Event(), asyncio.Event()
+
+    async def upstream(request: httpx.Request) -> httpx.Response:
+        arrived.set()
+        await release.wait()
+        return httpx.Response(200, json={
+            "id": "c", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "hi"}}],
+            "usage": {"prompt_tokens": 40, "completion_tokens": 40, "total_tokens": 80}})
+
+    instances = []
+    for _ in range(2):
+        gw = build_gateway(env, dynamodb=client, clock=clock, environ={"KEY": "secret"},
+                           transport=httpx.MockTransport(upstream))
+        inst = Instance(env=env, gateway=gw, logger=logging.getLogger("tests.budget"),  # type: ignore[arg-type]
+                        stdout=io.StringIO())
+        instances.append((inst, FlushMiddleware(create_app(gw.config, gateway=gw),
+                                                inst.flush)))
+    body = {"model": "r", "max_tokens": 45, "messages": [{"role": "user", "content": "x"}]}
+
+    async def run() -> tuple[httpx.Response, httpx.Response, httpx.Response]:
+        a, b = (httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw",
+                                  headers={"authorization": "Bearer secret"})
+                for _, app in instances)
+        first = asyncio.create_task(a.post("/v1/chat/completions", json=body))
+        await asyncio.wait_for(arrived.wait(), 10)
+        # A's request is in flight: B must answer at once (a request B served would wait
+        # for the upstream that only answers after B did: the timeout fails the test)
+        second = await asyncio.wait_for(b.post("/v1/chat/completions", json=body), 5)
+        release.set()
+        done = await first
+        third = await b.post("/v1/chat/completions", json=body)  # $0.008 spent: no room
+        await a.aclose()
+        await b.aclose()
+        return done, second, third
+
+    done, second, third = asyncio.run(run())
+    for inst, _ in instances:
+        inst.close()
+    assert done.status_code == 200, done.text
+    for refused in (second, third):
+        assert refused.status_code == 429, refused.text
+        assert json.loads(refused.text)["error"]["code"] == "budget_exhausted"
+    item = client.get_item(TableName=STATE, Key={"pk": {"S": "spend#k"},
+                                                 "sk": {"S": _period(clock)}})["Item"]
+    assert float(item["usd"]["N"]) == 0.008
+    assert not [n for n in item if n.startswith("l_")]  # both gave their lease back
+
+
+def _period(clock: FakeClock) -> str:
+    from humpyard.ledger.periods import period_key
+    return period_key("day", clock.now())
