@@ -86,17 +86,7 @@ class BatchedDynamoDBStore(DynamoDBStore):
             if left and failure is None:
                 failure = StoreError(f"dynamodb batch_write_item left {len(left)} "
                                      "decisions unprocessed")
-        self._count_stats(recorded)
-        for (key_id, period), usd in spend.items():
-            try:
-                self.add_spend(key_id, period, usd)
-            except StoreError as exc:
-                failure = failure or exc
-                unwritten.spend[(key_id, period)] = usd
-        self._flush_stats_when_due()
-        if failure is not None:
-            raise LedgerWriteError(f"{len(unwritten)} of {len(batch)} ledger writes failed: "
-                                   f"{failure}", unwritten) from failure
+        self._finish_batch(batch, recorded, spend, unwritten, failure)
 
     def _recorded(self, rows: list[dec.DecisionRow]) -> set[str]:
         """The request ids among ``rows`` whose decision is stored (strongly

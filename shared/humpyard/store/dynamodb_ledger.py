@@ -161,6 +161,13 @@ class DynamoDBLedger(DynamoDBStats):
             except StoreError as exc:
                 failure = failure or exc
                 unwritten.decisions.append(decision)
+        self._finish_batch(batch, recorded, spend, unwritten, failure)
+
+    def _finish_batch(self, batch: LedgerBatch, recorded: list[dec.DecisionRow],
+                      spend: dict[tuple[str, str], float], unwritten: LedgerBatch,
+                      failure: StoreError | None) -> None:
+        """After a batch's decisions: their stats, the batch's spend, and one
+        ``LedgerWriteError`` naming everything unwritten (with the first failure)."""
         self._count_stats(recorded)
         for (key_id, period), usd in spend.items():
             try:
