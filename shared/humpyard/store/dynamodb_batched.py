@@ -40,7 +40,7 @@ from humpyard.records import request_time
 from humpyard.store import decisions as dec
 from humpyard.store.base import LedgerBatch
 from humpyard.store.dynamodb import DynamoDBStore
-from humpyard.store.dynamodb_base import MAX_BATCH_GET, MAX_BATCH_WRITE
+from humpyard.store.dynamodb_base import MAX_BATCH_WRITE
 from humpyard.store.dynamodb_ledger import LedgerWriteError, decision_key
 from humpyard.store.rows import check_usd
 
@@ -95,21 +95,10 @@ class BatchedDynamoDBStore(DynamoDBStore):
         # so it is looked for among its shard's newest decisions (ADR 0019).
         found = {r.request_id for r in rows
                  if request_time(r.request_id) is None and self._find_foreign(r.request_id)}
-        table = self.ledger_table
-        for start in range(0, len(rows), MAX_BATCH_GET):
-            keys = [decision_key(r.request_id, r.ts) for r in rows[start:start + MAX_BATCH_GET]]
-            request: dict[str, Any] = {table: {"Keys": keys, "ConsistentRead": True,
-                                               "ProjectionExpression": "sk"}}
-            for attempt in range(1, self._max_attempts + 2):
-                answer = self._call("batch_get_item", RequestItems=request)
-                for item in answer.get("Responses", {}).get(table, []):
-                    found.add(item["sk"]["S"].partition("#")[2])  # <time key>#<request id>
-                request = answer.get("UnprocessedKeys") or {}
-                if not request:
-                    break
-                if attempt > self._max_attempts:
-                    raise StoreError(f"dynamodb batch_get_item left keys unread in {table}")
-                self._sleep(self._backoff(attempt))
+        # A projection would not lower the read units (DynamoDB bills the whole item).
+        keys = [decision_key(r.request_id, r.ts) for r in rows]
+        for item in self._batch_get(self.ledger_table, keys, consistent=True):
+            found.add(item["sk"]["S"].partition("#")[2])  # <time key>#<request id>
         return found
 
     def _put_chunk(self, rows: list[dec.DecisionRow]) -> set[str]:
