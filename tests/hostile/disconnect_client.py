@@ -75,7 +75,10 @@ def read_until(sock: socket.socket, marker: bytes, timeout: float = 5.0) -> byte
     deadline = time.monotonic() + timeout
     while marker not in got:
         assert time.monotonic() < deadline, f"no {marker!r} in {got[-300:]!r}"
-        piece = sock.recv(65536)
+        try:
+            piece = sock.recv(65536)
+        except TimeoutError:
+            raise AssertionError(f"no {marker!r} in {timeout} s: {got[-600:]!r}") from None
         assert piece, f"the gateway closed before {marker!r}: {got[-300:]!r}"
         got += piece
     return got

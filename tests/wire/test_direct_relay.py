@@ -128,13 +128,25 @@ def _same(head: bytes, script: list, *, anthropic: bool, **kw: object) -> tuple[
     return fast, d_fast
 
 
-@pytest.mark.parametrize("cut", ["per_event", "halves", "crlf", "chunked"])
+def _chunks_per_write(events: list[bytes], per: int) -> list[bytes | Pause]:
+    """Chunked transfer coding, ``per`` chunks in each write (one read, as a
+    rule): the parser hands the reader one chunk at a time."""
+    framed = [b"%x\r\n%b\r\n" % (len(e), e) for e in events]
+    out: list[bytes | Pause] = []
+    for i in range(0, len(framed), per):
+        out += [b"".join(framed[i:i + per]), GAP]
+    return [*out, b"0\r\n\r\n"]
+
+
+@pytest.mark.parametrize("cut", ["per_event", "halves", "crlf", "chunked", "chunks_per_read"])
 def test_an_anthropic_stream_is_relayed_alike(cut):
     events = [e.replace(b"\n", b"\r\n") for e in ANTHROPIC] if cut == "crlf" else ANTHROPIC
     script = _halves(events) if cut == "halves" else _paced(events)
     head = HEAD
     if cut == "chunked":
         head, script = CHUNKED_HEAD, _chunked(script)
+    elif cut == "chunks_per_read":
+        head, script = CHUNKED_HEAD, _chunks_per_write(events, 3)
     content, d = _same(head, script, anthropic=True)
     if cut != "crlf":
         assert content == b"".join(ANTHROPIC)  # passed through, byte for byte
@@ -146,6 +158,27 @@ def test_a_chat_stream_framed_in_chunks_is_relayed_alike():
     content, d = _same(CHUNKED_HEAD, _chunked(_paced(CHAT_EVENTS)), anthropic=False)
     assert content == b"".join(CHAT_EVENTS)
     assert d["usage"]["input_tokens"] == 7 and not d["usage_estimated"]
+
+
+def test_every_chunk_of_a_read_is_relayed_before_the_upstream_pauses():
+    # Several chunks of a chunked body in one read, then the upstream waits (as
+    # before its usage chunk): the direct relay used to pass on the first chunk
+    # of the read and keep the rest until the next read, which never came.
+    words = [_chunk({"content": f"w{i} "}) for i in range(5)]
+    script = [CHUNKED_HEAD, *_chunks_per_write(CHAT_EVENTS[:2], 1)[:-1],
+              *_chunks_per_write(words, 5)[:-1], Pause(30), CLOSE]
+    with RawServer(script) as up, running_gateway(_config(up.url, True, False)) as gw:
+        got = b""
+        with httpx.Client(timeout=httpx.Timeout(30, read=5)) as c, c.stream(
+                "POST", gw.url + "/v1/chat/completions",
+                json={"model": "t", "messages": MSG, "stream": True}) as r:
+            for piece in r.iter_raw():
+                got += piece
+                if b"w4" in got:
+                    break
+        assert b"w0 " in got and b"w4 " in got
+        gw.recorded(1)  # the client left: counted as the stream ends
+        assert gw.gw.metrics.direct_writes.value(protocol="openai") > 0
 
 
 ERROR_CHAT = b'data: {"error":{"message":"overloaded","type":"server_error"}}\n\n'

@@ -98,7 +98,11 @@ class Conn(asyncio.Protocol):
             if self._sink_paused or p.done or self.failure is not None:
                 self._sink = None  # the waiting task takes the rest, the old way
             else:
-                verdict = sink(p.take())
+                verdict = SINK_GO
+                while p.buffered:  # a read may hold several chunks of a chunked body
+                    verdict = sink(p.take())
+                    if verdict != SINK_GO:
+                        break
                 if verdict == SINK_GO:
                     timeout = self._sink_timeout
                     if timeout is not None:  # the idle limit runs from this read
