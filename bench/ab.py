@@ -7,7 +7,9 @@
 A variant is one of ``variant_server.py``'s experiments, or ``rev:<git revision>``:
 ``humpyard serve`` as that revision ships it (its ``shared/`` exported with
 ``git archive``; ``rev:worktree`` is the working tree, uncommitted changes included;
-``rev:/some/dir`` serves ``/some/dir/shared``, e.g. a copy taken before an edit).
+``rev:/some/dir`` serves ``/some/dir/shared``, e.g. a copy taken before an edit;
+a ``@NAME=value`` tail, e.g. ``rev:HEAD@PYTHONMALLOC=malloc``, adds an environment
+variable to that variant's server).
 
 Starts a simulator and one ``variant_server.py`` per variant (all pinned to
 the gateway CPU, idle but one at a time), then for each round drives every
@@ -52,7 +54,8 @@ def server_cmd(variant: str, cfg: Path, port: int, site: str,
     if not variant.startswith("rev:"):
         return [sys.executable, str(tg.BENCH / "variant_server.py"), "--config", str(cfg),
                 "--port", str(port), "--variant", variant, "--site", site], {}
-    rev = variant[4:]
+    rev, *settings = variant[4:].split("@")  # rev:HEAD@NAME=value: one more env var
+    extra = dict(kv.split("=", 1) for kv in settings)
     shared = tg.ROOT / "shared"
     if rev.startswith("/"):  # a copy of a tree, e.g. before an uncommitted change
         shared = Path(rev) / "shared"
@@ -66,7 +69,7 @@ def server_cmd(variant: str, cfg: Path, port: int, site: str,
     code = "import sys; from humpyard.cli import main; sys.exit(main())"
     return ([sys.executable, "-c", code, "serve", "--config",
              str(cfg), "--host", "127.0.0.1", "--port", str(port)],
-            {"PYTHONPATH": str(shared)})
+            {"PYTHONPATH": str(shared), **extra})
 
 
 def main() -> int:

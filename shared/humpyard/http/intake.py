@@ -173,10 +173,10 @@ async def take(gw: Gateway, protocol: ClientProtocol, scope: Scope, receive: Rec
                                                  on_head=direct.start if direct else None)
                     finally:  # however the stream ended: the upstream released, the record told
                         await events.aclose()
-                        if direct is not None and direct.wire is not None \
-                                and direct.wire.writes:
-                            gw.metrics.direct_writes.inc(direct.wire.writes,
-                                                         protocol=protocol.name)
+                        if direct is not None:
+                            writes = direct.end()
+                            if writes:
+                                gw.metrics.direct_writes.inc(writes, protocol=protocol.name)
             finally:
                 if early is not None:
                     early.cancel()
@@ -222,6 +222,14 @@ class _Direct:
 
     def start(self) -> None:
         self.wire = self.relay.wire = UvicornWire.of(self.send, self._count)
+
+    def end(self) -> int:
+        """The stream is over: the reads written directly. The wire is let go, so the
+        relay, the wire and this object (which refer to each other) are freed at
+        once rather than by the garbage collector."""
+        wire, self.wire = self.wire, None
+        self.relay.wire = None
+        return wire.writes if wire is not None else 0
 
 
 def _direct_relay(gw: Gateway, protocol: ClientProtocol, call: Call, served: Served,

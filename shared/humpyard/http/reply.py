@@ -286,6 +286,7 @@ async def send_stream(send: Send, watch: ClientWatch | None, headers: dict[str, 
     finally:
         if timer is not None:
             timer.cancel()
+        pulse = None  # type: ignore[assignment]  # it refers to itself: freed now, not by gc
         aclose = getattr(chunks, "aclose", None)
         if aclose is not None:
             with contextlib.suppress(Exception):

@@ -59,7 +59,7 @@ class ResponseParser:
         self.extra = False  # bytes after the answer's end: the connection is not reused
 
     def _new_parser(self) -> None:
-        self._p = HttpResponseParser(self)
+        self._p: HttpResponseParser | None = HttpResponseParser(self)
         self._p.set_dangerous_leniencies(lenient_headers=True,
                                          lenient_optional_cr_before_lf=True)
         self._headers: list[tuple[bytes, bytes]] = []
@@ -80,6 +80,7 @@ class ResponseParser:
 
     def on_headers_complete(self) -> None:
         p = self._p
+        assert p is not None  # dropped only once the answer is complete
         status = p.get_status_code()
         if 100 <= status < 200:  # informational: the answer follows
             self._info = True
@@ -114,11 +115,15 @@ class ResponseParser:
 
     def feed(self, data: bytes) -> None:
         """Parse ``data``; afterwards ``head``, ``done`` and the body bytes may be set."""
+        parser = self._p
+        if parser is None:  # the answer was complete: these bytes were not asked for
+            self.extra = True
+            return
         if self.head is None:
             self._fed += len(data)
             self._head_bytes += data
         try:
-            self._p.feed_data(data)
+            parser.feed_data(data)
         except HttpParserUpgrade:
             raise FramingError("the upstream switched protocols (101), never asked for") from None
         except HttpParserError as e:
@@ -126,8 +131,13 @@ class ResponseParser:
                 return
             if self.done:  # garbage after a complete answer: it is still complete
                 self.extra = True
+                self._p = None
                 return
             raise FramingError(str(e) or type(e).__name__) from None
+        if self.done:
+            # llhttp holds this object's callbacks and this object holds llhttp: a
+            # cycle only the garbage collector would free, once per request.
+            self._p = None
         if self.head is None:
             if self._fed > MAX_HEAD:
                 raise FramingError(f"response head larger than {MAX_HEAD} bytes")
