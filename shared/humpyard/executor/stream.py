@@ -23,7 +23,7 @@ from typing import Protocol
 
 from humpyard.config.spec import AnswerLimits
 from humpyard.errors import UpstreamError
-from humpyard.planning.estimate import relayed_text_bytes
+from humpyard.planning.estimate import relayed_text_bytes, relayed_text_bytes_raw
 from humpyard.protocols.anthropic_upstream import chat_usage
 from humpyard.protocols.anthropic_upstream_stream import ChunkTranslator
 from humpyard.protocols.sse import DONE, SSEDecoder, SSEEvent, SSETooLarge
@@ -197,16 +197,27 @@ class _Splice:
     writes its events when ``plain`` says they need nothing else; otherwise keeps
     them (``pending``, or the limit's failure) for the relay, and stops."""
 
-    __slots__ = ("events", "wire", "plain", "pending", "failure")
+    __slots__ = ("events", "wire", "plain", "pending", "failure", "raw")
 
     def __init__(self, events: _Events, wire: DirectWire,
                  plain: Callable[[bytes, bool, list[SSEEvent]], bool]) -> None:
         self.events, self.wire, self.plain = events, wire, plain
         self.pending: list[SSEEvent] | None = None
         self.failure: Exception | None = None
+        # A chat relay needs nothing of a read of whole data-only events that names
+        # neither usage nor an error: its bytes go out as they came, undecoded.
+        self.raw = plain is _plain_chat and events.held_max is None
 
     def __call__(self, chunk: bytes) -> int:
         events = self.events
+        if self.raw and b'"usage"' not in chunk and b'"error"' not in chunk \
+                and events.decoder.passes(chunk):
+            try:
+                paused = self.wire.write(chunk, relayed_text_bytes_raw(chunk))
+            except Exception as e:  # noqa: BLE001 - as below
+                self.failure = e
+                return SINK_STOP
+            return SINK_PAUSE if paused else SINK_GO
         whole = events.decoder.idle
         try:
             evs = events.feed(chunk)

@@ -180,6 +180,20 @@ def relayed_text_bytes(data: str) -> int:
     return n
 
 
+_ANSWER_TEXT_BYTES = re.compile(_ANSWER_TEXT.pattern.encode())
+
+
+def relayed_text_bytes_raw(data: bytes) -> int:
+    """``relayed_text_bytes`` of events as they came (their UTF-8 bytes, any number
+    of them): the same count for valid UTF-8, without decoding it."""
+    if b'":' not in data:
+        return 0
+    n = 0
+    for m in _ANSWER_TEXT_BYTES.finditer(data):
+        n += m.end(1) - m.start(1)
+    return n
+
+
 def output_tokens_for(text_bytes: int) -> int:
     """The conservative (high) token estimate for ``text_bytes`` of answer text,
     at least 1 when there is any."""

@@ -2,7 +2,8 @@
 common case) against its general path: for every stream of a corpus and every
 way of cutting it into reads, the same events (data, name, wire bytes, id, retry)
 as the general path given the same reads (``General``: the decoder with its fast
-path switched off). ADR 0003, "Round 4"."""
+path switched off). ADR 0003, "Round 4". And ``passes``, which lets the direct
+relay write a read undecoded, against what ``feed`` returns for that read."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import random
 
 import pytest
 
+from humpyard.planning.estimate import relayed_text_bytes, relayed_text_bytes_raw
 from humpyard.protocols.sse import SSEDecoder, SSETooLarge
 
 
@@ -98,3 +100,51 @@ def test_the_event_limit_holds_on_the_fast_path():
     with pytest.raises(SSETooLarge):
         _events([b"data: a\n\n", big], limit=1024)
     assert len(_events([b"data: a\n\n", big], limit=4096)) == 2
+
+
+def _passes_as_feed_would(chunks: list[bytes], limit: int | None = None) -> int:
+    """Feed ``chunks`` to one decoder; for each read ``passes`` accepts, the events
+    ``feed`` returns must be exactly its bytes, one ``data:`` line each, and their
+    answer text (``relayed_text_bytes``, decoded) what ``relayed_text_bytes_raw``
+    counts on the bytes. How many reads it accepted."""
+    d = SSEDecoder(limit)
+    accepted = 0
+    for c in chunks:
+        passes = d.passes(c)
+        try:
+            evs = d.feed(c)
+        except SSETooLarge:
+            assert not passes
+            return accepted
+        if passes:
+            accepted += 1
+            assert b"".join(e.wire for e in evs) == c
+            assert all(e.event is None and e.retry is None and b"\n" not in e.wire[:-2]
+                       for e in evs)
+            if b"\xff" not in c:  # valid UTF-8: the decoded count is the same
+                assert relayed_text_bytes_raw(c) == sum(relayed_text_bytes(e.data)
+                                                        for e in evs)
+    return accepted
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_a_read_passed_as_it_came_is_what_feed_would_return(name):
+    # the direct relay writes such a read undecoded (executor/stream.py ``_Splice``)
+    for chunks in _cuts(CORPUS[name], random.Random(name)):
+        _passes_as_feed_would(chunks)
+        _passes_as_feed_would(chunks, limit=64)
+
+
+def test_passes_takes_provider_reads_and_nothing_else():
+    events = [e + b"\n\n" for e in CHAT.split(b"\n\n")[:-1]]
+    assert _passes_as_feed_would([b": warm\n\n", *events]) == len(events)
+    assert _passes_as_feed_would([b": warm\n\n", CHAT]) == 1
+    d = SSEDecoder()
+    d.feed(b": warm\n\n")
+    for other in (CORPUS["multiline"], CORPUS["named"], CORPUS["blank_lines"],
+                  CORPUS["crlf"], b"data: a\n\n: c\n\n", b"data: a\n\ndata: b",
+                  b"data: a\n"):
+        assert not d.passes(other), other
+    d.feed(b"data: cut")  # something pending: the next read is not whole
+    assert not d.passes(b"data: a\n\n")
+    assert not SSEDecoder().passes(b"data: a\n\n")  # a BOM may still come first
