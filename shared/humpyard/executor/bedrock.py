@@ -32,7 +32,8 @@ from typing import Any
 from humpyard.clock import Clock
 from humpyard.config.spec import AnswerLimits, EndpointSpec, ProviderSpec
 from humpyard.executor.calls import Answer, Request, dumps
-from humpyard.executor.stream import HeldStream, _Broken, _Events, hold_back_anthropic
+from humpyard.executor.events import Events
+from humpyard.executor.stream import HeldStream, _Broken, hold_back_anthropic
 from humpyard.protocols.adapt import fit_chat, fit_message
 from humpyard.protocols.anthropic_upstream import chat_usage, decode_response, encode_request
 from humpyard.protocols.anthropic_upstream_stream import ChunkTranslator
@@ -142,7 +143,7 @@ class BedrockUpstream:
                        model_path(ep.model, "count-tokens"))
 
 
-class _Frames(_Events):
+class _Frames(Events):
     """Bedrock's event stream read as Anthropic SSE events, within the answer limits.
 
     InvokeModelWithResponseStream's ``chunk`` frames carry an Anthropic event,

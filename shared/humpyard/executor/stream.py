@@ -17,58 +17,21 @@ into chat chunks by a ``ChunkTranslator``.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from humpyard.config.spec import AnswerLimits
 from humpyard.errors import UpstreamError
-from humpyard.planning.estimate import relayed_text_bytes, relayed_text_bytes_raw
+from humpyard.executor.direct import Relay, direct, plain_chat
+from humpyard.executor.events import Events
 from humpyard.protocols.anthropic_upstream import chat_usage
 from humpyard.protocols.anthropic_upstream_stream import ChunkTranslator
-from humpyard.protocols.sse import DONE, SSEDecoder, SSEEvent, SSETooLarge
+from humpyard.protocols.sse import DONE, SSEEvent
 from humpyard.redact import redact
 from humpyard.upstream.classify import Classification
 from humpyard.upstream.client import UpstreamResponse
-from humpyard.upstream.connection import SINK_GO, SINK_PAUSE, SINK_STOP, Body
-from humpyard.upstream.errors import BodyTooLarge, EventTooLarge
 
 DEFAULT_LIMITS = AnswerLimits()
-
-
-class _Events:
-    """The upstream's body as batches of events, within the limits on answers:
-    one event at most ``max_sse_event_bytes``, and the held-back start of a stream
-    (what is read before the first content) at most ``max_response_bytes``. Past
-    either, ``EventTooLarge`` or ``BodyTooLarge`` (``upstream/errors.py``): before
-    the first content it fails over, after it it ends the client's stream."""
-
-    __slots__ = ("raw", "decoder", "address", "held_max", "held")
-
-    def __init__(self, resp: UpstreamResponse, limits: AnswerLimits):
-        self.raw = resp.iter_raw()
-        self.decoder = SSEDecoder(limits.max_sse_event_bytes)
-        self.address = resp.address
-        self.held_max: int | None = limits.max_response_bytes
-        self.held = 0
-
-    def feed(self, chunk: bytes) -> list[SSEEvent]:
-        if self.held_max is not None:
-            self.held += len(chunk)
-            if self.held > self.held_max:
-                raise BodyTooLarge(f"the upstream's stream sent {self.held} bytes without "
-                                   f"content, over max_response_bytes={self.held_max} "
-                                   f"{self.address}", self.address)
-        try:
-            return self.decoder.feed(chunk)
-        except SSETooLarge as e:
-            raise EventTooLarge(f"the upstream's stream has an event of {e.size}+ bytes, "
-                                f"over max_sse_event_bytes={e.limit} {self.address}",
-                                self.address) from None
-
-    def relaying(self) -> None:
-        """The first content is in: what was held is going out; no more held bound."""
-        self.held_max = None
 
 
 @dataclass
@@ -110,8 +73,8 @@ async def hold_back(resp: UpstreamResponse, wanted_usage: bool = True,
 
     No error message, here or raised by the relayed rest, contains one of
     ``secrets`` (the provider's key, which some upstreams quote in errors).
-    A stream past ``limits`` raises (``_Events``)."""
-    events = _Events(resp, limits)
+    A stream past ``limits`` raises (``Events``)."""
+    events = Events(resp, limits)
     held: list[SSEEvent] = []
     usage: dict[str, int] = {}
     raw = events.raw
@@ -156,111 +119,7 @@ def _finished(ev: SSEEvent) -> bool:
     return '"finish_reason":"' in ev.data.replace(" ", "") or ev.data == "[DONE]"
 
 
-class DirectWire(Protocol):
-    """The client's connection, written to directly (``http/reply.py``'s ``UvicornWire``)."""
-
-    def write(self, data: bytes, text_bytes: int) -> bool:
-        """Send ``data`` (whole events, ``text_bytes`` of answer text); True when the
-        client's buffer is over its high-water mark."""
-
-    async def drain(self) -> None: ...
-
-
-class Relay:
-    """A relayed stream's batches (an async iterator), which a server that can
-    write to the client's connection directly may hand a ``DirectWire``
-    (``wire``) before iterating: the reads that need nothing of the relay but
-    passing on then go from the upstream's connection to the client's in the
-    connection's callback, and this iterator only yields what does (the usage,
-    an error, the end). docs/decisions/0021-direct-relay.md."""
-
-    __slots__ = ("gen", "wire")
-
-    def __init__(self) -> None:
-        self.gen: AsyncGenerator[list[SSEEvent], None] | None = None
-        self.wire: DirectWire | None = None
-
-    def __aiter__(self) -> Relay:
-        return self
-
-    def __anext__(self) -> Awaitable[list[SSEEvent]]:
-        assert self.gen is not None
-        return self.gen.__anext__()
-
-    async def aclose(self) -> None:
-        if self.gen is not None:
-            await self.gen.aclose()
-
-
-class _Splice:
-    """The sink of one direct stretch: decodes each read as the relay would and
-    writes its events when ``plain`` says they need nothing else; otherwise keeps
-    them (``pending``, or the limit's failure) for the relay, and stops."""
-
-    __slots__ = ("events", "wire", "plain", "pending", "failure", "raw")
-
-    def __init__(self, events: _Events, wire: DirectWire,
-                 plain: Callable[[bytes, bool, list[SSEEvent]], bool]) -> None:
-        self.events, self.wire, self.plain = events, wire, plain
-        self.pending: list[SSEEvent] | None = None
-        self.failure: Exception | None = None
-        # A chat relay needs nothing of a read of whole data-only events that names
-        # neither usage nor an error: its bytes go out as they came, undecoded.
-        self.raw = plain is _plain_chat and events.held_max is None
-
-    def __call__(self, chunk: bytes) -> int:
-        events = self.events
-        if self.raw and b'"usage"' not in chunk and b'"error"' not in chunk \
-                and events.decoder.passes(chunk):
-            try:
-                paused = self.wire.write(chunk, relayed_text_bytes_raw(chunk))
-            except Exception as e:  # noqa: BLE001 - as below
-                self.failure = e
-                return SINK_STOP
-            return SINK_PAUSE if paused else SINK_GO
-        whole = events.decoder.idle
-        try:
-            evs = events.feed(chunk)
-        except EventTooLarge as e:
-            self.failure = e
-            return SINK_STOP
-        if not evs:
-            return SINK_GO
-        if not self.plain(chunk, whole, evs):
-            self.pending = evs
-            return SINK_STOP
-        out = evs[0].wire if len(evs) == 1 else b"".join(ev.wire for ev in evs)
-        text = 0
-        for ev in evs:
-            text += relayed_text_bytes(ev.data)
-        try:
-            return SINK_PAUSE if self.wire.write(out, text) else SINK_GO
-        except Exception as e:  # noqa: BLE001 - the client's transport failed: the
-            self.failure = e  # relay ends the stream as a failed send would
-            return SINK_STOP
-
-
-async def _direct(events: _Events, wire: DirectWire,
-                  plain: Callable[[bytes, bool, list[SSEEvent]], bool]) -> list[SSEEvent]:
-    """One direct stretch (``Relay``); the events it kept for the relay. Nothing
-    happens unless the body is the connection's own (no content coding)."""
-    raw = events.raw
-    if type(events) is not _Events or not isinstance(raw, Body):
-        return []  # a coded body, or not SSE (Bedrock's event stream): the relay reads it
-    splice = _Splice(events, wire, plain)
-    await raw.splice(splice, wire.drain)
-    if splice.failure is not None:
-        raise splice.failure
-    return splice.pending or []
-
-
-def _plain_chat(chunk: bytes, whole: bool, evs: list[SSEEvent]) -> bool:
-    if whole and b'"usage"' not in chunk and b'"error"' not in chunk:
-        return True
-    return not any('"usage"' in ev.data or '"error"' in ev.data for ev in evs)
-
-
-async def _relay(held: list[SSEEvent], events: _Events,
+async def _relay(held: list[SSEEvent], events: Events,
                  usage: dict[str, int], wanted_usage: bool,
                  secrets: Sequence[str | None] = (),
                  relay: Relay | None = None) -> AsyncGenerator[list[SSEEvent], None]:
@@ -276,7 +135,7 @@ async def _relay(held: list[SSEEvent], events: _Events,
     while True:
         pending: list[SSEEvent] | None = None
         if relay is not None and relay.wire is not None:  # usage chunks are never plain
-            pending = await _direct(events, relay.wire, _plain_chat)
+            pending = await direct(events, relay.wire, plain_chat, raw=True)
         if pending:
             whole, chunk, evs = False, b"", pending
         else:
@@ -410,7 +269,7 @@ async def hold_back_anthropic(resp: UpstreamResponse, wanted_usage: bool = True,
                               secrets: Sequence[str | None] = (),
                               translator: ChunkTranslator | None = None,
                               limits: AnswerLimits = DEFAULT_LIMITS,
-                              events: _Events | None = None) -> HeldStream:
+                              events: Events | None = None) -> HeldStream:
     """``hold_back`` for an Anthropic Messages stream (see the module docstring).
 
     With ``translator`` the events come out as chat chunks; without, as they
@@ -418,7 +277,7 @@ async def hold_back_anthropic(resp: UpstreamResponse, wanted_usage: bool = True,
     ``message_stop``, raises ``UpstreamError`` (code ``stream_broken``) from
     the relayed rest. ``events`` reads the body when it is not SSE (Bedrock's
     event stream: ``executor/bedrock.py``)."""
-    events = events or _Events(resp, limits)
+    events = events or Events(resp, limits)
     reader = _AnthropicEvents(translator, wanted_usage, secrets)
     held: list[SSEEvent] = []
     raw = events.raw
@@ -456,7 +315,7 @@ def _plain_anthropic(chunk: bytes, whole: bool, evs: list[SSEEvent]) -> bool:
     return True
 
 
-async def _relay_anthropic(held: list[SSEEvent], events: _Events,
+async def _relay_anthropic(held: list[SSEEvent], events: Events,
                            reader: _AnthropicEvents,
                            relay: Relay | None = None) -> AsyncGenerator[list[SSEEvent], None]:
     if held:
@@ -465,7 +324,7 @@ async def _relay_anthropic(held: list[SSEEvent], events: _Events,
     while True:
         pending: list[SSEEvent] | None = None
         if relay is not None and relay.wire is not None and reader.translator is None:
-            pending = await _direct(events, relay.wire, _plain_anthropic)
+            pending = await direct(events, relay.wire, _plain_anthropic)
         if pending:
             evs = pending
         else:

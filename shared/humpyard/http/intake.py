@@ -31,7 +31,7 @@ from starlette.types import Receive, Scope, Send
 
 from humpyard.config.spec import Config
 from humpyard.errors import HumpyardError
-from humpyard.executor.stream import Relay
+from humpyard.executor.direct import Relay
 from humpyard.flow import serve
 from humpyard.gateway import Gateway
 from humpyard.http.body import header_dict, receive_json
@@ -238,7 +238,7 @@ def _direct_relay(gw: Gateway, protocol: ClientProtocol, call: Call, served: Ser
     protocol passes the upstream's events on unchanged (a chat client, or an
     Anthropic client of an Anthropic-native upstream), the configuration allows
     it and the record is not written before the reply (Lambda); the relay
-    itself decides which reads it may pass (``executor/stream.py``)."""
+    itself decides which reads it may pass (``executor/direct.py``)."""
     relay = served.events
     if not isinstance(relay, Relay) or not call.config.direct_relay or gw.record_before_reply:
         return None

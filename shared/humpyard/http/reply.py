@@ -295,7 +295,7 @@ async def send_stream(send: Send, watch: ClientWatch | None, headers: dict[str, 
 
 class UvicornWire:
     """The client's connection under uvicorn's ASGI ``send``, written to directly
-    by a ``Relay`` (``executor/stream.py``; docs/decisions/0021-direct-relay.md):
+    by a ``Relay`` (``executor/direct.py``; docs/decisions/0021-direct-relay.md):
     each write is one body chunk framed as uvicorn frames it (the head promised
     chunked transfer coding), through the same transport, after the head and
     the messages ``send`` wrote before. ``on_text`` learns the answer text

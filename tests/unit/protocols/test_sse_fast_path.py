@@ -129,7 +129,7 @@ def _passes_as_feed_would(chunks: list[bytes], limit: int | None = None) -> int:
 
 @pytest.mark.parametrize("name", sorted(CORPUS))
 def test_a_read_passed_as_it_came_is_what_feed_would_return(name):
-    # the direct relay writes such a read undecoded (executor/stream.py ``_Splice``)
+    # the direct relay writes such a read undecoded (executor/direct.py ``_Splice``)
     for chunks in _cuts(CORPUS[name], random.Random(name)):
         _passes_as_feed_would(chunks)
         _passes_as_feed_would(chunks, limit=64)
