@@ -11,6 +11,7 @@ httpx elsewhere; this only needs each answer's status, request id and body.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -62,6 +63,8 @@ class ChatLoad:
     received: list[tuple[float, str]] = field(default_factory=list)
     errors: int = 0
     stop: bool = False
+    # what each error was: "status 503", or "stream without [DONE]" (the assertion's report)
+    error_kinds: collections.Counter[str] = field(default_factory=collections.Counter)
 
     async def _client(self, i: int) -> None:
         try:
@@ -79,6 +82,8 @@ class ChatLoad:
                     self.received.append((time.monotonic(), headers["x-humpyard-request-id"]))
                 else:
                     self.errors += 1
+                    self.error_kinds[f"status {status}" if status != 200
+                                     else f"stream without [DONE]: {body[-200:]!r}"] += 1
         except (OSError, asyncio.IncompleteReadError):
             return  # the server is gone
         finally:

@@ -447,7 +447,7 @@ def test_soak_ledger(tmp_path):
         f"{lag[int(len(lag) * 0.99)] * 1000:.0f} ms, max {lag[-1] * 1000:.0f} ms; queue depth "
         f"max {max(sampled.depth):.0f} over {len(lag)} samples")
     print(report)
-    assert warm.errors == 0 and load.errors == 0
+    assert warm.errors == 0 and load.errors == 0, (warm.error_kinds, load.error_kinds)
     assert rss_after <= rss_idle * RSS_FACTOR and rss_after <= rss_idle + RSS_EXTRA_MB, report
     over = [x for x in lag if x > MAX_LAG_SECS]
     assert len(over) <= max(1, len(lag) // 100) and lag[-1] <= STALL_LAG_SECS, report
