@@ -263,7 +263,7 @@ def test_stats_p50_tracks_the_median(store: Store) -> None:
     values = [100.0 * 1.05**i for i in range(101)]  # median 100 * 1.05**50 ≈ 1147 ms
     for i, ms in enumerate(values):
         # The gateway's ids: one that carries no time costs DynamoDB a walk of its
-        # shard's days before the put (~1 s of moto each here; tested on its own).
+        # shard's days before the put (~0.1 s of moto each; tested on its own).
         store.append_decision(decision(new_request_id(T0 + i), T0 + i, latency_ms=ms))
     [row] = store.stats("target", T0, T0 + HOUR)
     assert row["p50_latency_ms"] == pytest.approx(values[50], rel=0.2)
