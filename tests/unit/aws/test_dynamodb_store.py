@@ -286,7 +286,7 @@ def test_a_rare_filter_reads_a_bounded_page_and_says_where_it_stopped(
     many = LIST_EXAMINED_ITEMS + 600
     rare = {many - 1, 2, 1}  # the newest decision, and two near the oldest
     # Written by ``humpyard serve``'s store (the same items, 25 a BatchWriteItem): one
-    # conditional put each would make this test take ~20 s of moto.
+    # conditional put each made this test three times as long on moto.
     writer = BatchedDynamoDBStore(STATE, LEDGER, clock=clock, client=client)
     made = [decision(new_request_id(T0 + i), T0 + i, key_id="rare" if i in rare else "busy")
             for i in range(many)]
