@@ -77,8 +77,33 @@ def _translated(overrides: tuple[str, ...]) -> str:
 def translated(parameters: dict[str, str] | None = None) -> dict[str, Any]:
     """The CloudFormation JSON SAM makes of the template (a fresh copy each call),
     translated with ``parameters`` as ``sam deploy`` would pass them."""
-    overrides = tuple(f"{k}={v}" for k, v in sorted((parameters or {}).items()))
+    overrides = _overrides(parameters)
+    if overrides in _translated_many:
+        return json.loads(_translated_many[overrides])  # type: ignore[no-any-return]
     return json.loads(_translated(overrides))  # type: ignore[no-any-return]
+
+
+def _overrides(parameters: dict[str, str] | None) -> tuple[str, ...]:
+    return tuple(f"{k}={v}" for k, v in sorted((parameters or {}).items()))
+
+
+_translated_many: dict[tuple[str, ...], str] = {}
+
+
+def translate_ahead(many: list[dict[str, str]]) -> None:
+    """Translate every parameter set of ``many`` in one translator process (starting
+    one costs about a second), for ``translated`` to hand out afterwards."""
+    wanted = [o for o in dict.fromkeys(_overrides(p) for p in many)
+              if o not in _translated_many]
+    if not wanted:
+        return
+    done = subprocess.run([str(infra_tool("python")),
+                           str(ROOT / "tests" / "infra" / "sam_translate.py"), "--many",
+                           str(TEMPLATE)], input=json.dumps([list(o) for o in wanted]),
+                          capture_output=True, text=True, timeout=300, env=TOOL_ENV, cwd=ROOT)
+    assert done.returncode == 0, f"SAM translation failed:\n{done.stderr}"
+    for overrides, doc in zip(wanted, json.loads(done.stdout), strict=True):
+        _translated_many[overrides] = json.dumps(doc)
 
 
 def resources(doc: dict[str, Any], type_: str) -> dict[str, dict[str, Any]]:

@@ -47,7 +47,7 @@ def _replace_local_uris(template: dict) -> None:
             props[prop] = _placeholder(props[prop])
 
 
-def main(path: str, *overrides: str) -> None:
+def translate(path: str, overrides: list[str]) -> dict:
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     from samtranslator.translator.transform import transform
     from samtranslator.yaml_helper import yaml_parse
@@ -56,9 +56,23 @@ def main(path: str, *overrides: str) -> None:
         template = yaml_parse(f.read())
     _replace_local_uris(template)
     parameters = dict(o.split("=", 1) for o in overrides)
-    out = transform(template, parameters, _NoManagedPolicies())
-    json.dump(out, sys.stdout, indent=1, sort_keys=True, default=str)
+    return transform(template, parameters, _NoManagedPolicies())  # type: ignore[no-any-return]
+
+
+def main(path: str, *overrides: str) -> None:
+    json.dump(translate(path, list(overrides)), sys.stdout, indent=1, sort_keys=True,
+              default=str)
+
+
+def main_many(path: str) -> None:
+    """``--many``: a JSON list of override lists on stdin; a JSON list of the
+    translations, in order, on stdout (one interpreter for a test's many deploys)."""
+    out = [translate(path, overrides) for overrides in json.load(sys.stdin)]
+    json.dump(out, sys.stdout, sort_keys=True, default=str)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    if sys.argv[1:2] == ["--many"]:
+        main_many(sys.argv[2])
+    else:
+        main(*sys.argv[1:])
