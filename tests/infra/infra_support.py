@@ -8,6 +8,7 @@ hide a broken template.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import subprocess
@@ -66,44 +67,53 @@ def template() -> dict[str, Any]:
 
 @cache
 def _translated(overrides: tuple[str, ...]) -> str:
-    python = infra_tool("python")
-    done = subprocess.run([str(python), str(ROOT / "tests" / "infra" / "sam_translate.py"),
-                           str(TEMPLATE), *overrides], capture_output=True, text=True,
-                          timeout=120, env=TOOL_ENV, cwd=ROOT)
-    assert done.returncode == 0, f"SAM translation failed:\n{done.stderr}"
-    return done.stdout
+    answer = json.loads(_translator().ask(json.dumps(list(overrides))))
+    assert "error" not in answer, f"SAM translation failed:\n{answer['error']}"
+    return json.dumps(answer["doc"])
+
+
+class _Translator:
+    """``sam_translate.py --serve`` in ``.venv-infra``: one process for the session
+    (starting one and importing SAM's translator costs about a second a translation)."""
+
+    def __init__(self) -> None:
+        self._proc = subprocess.Popen(
+            [str(infra_tool("python")), str(ROOT / "tests" / "infra" / "sam_translate.py"),
+             "--serve", str(TEMPLATE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True, env=TOOL_ENV, cwd=ROOT)
+        atexit.register(self.close)
+
+    def ask(self, line: str) -> str:
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._proc.stdin.write(line + "\n")
+        self._proc.stdin.flush()
+        answer = self._proc.stdout.readline()
+        assert answer, f"the SAM translator exited ({self._proc.poll()})"
+        return answer
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            assert self._proc.stdin is not None
+            self._proc.stdin.close()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+
+
+@cache
+def _translator() -> _Translator:
+    return _Translator()
 
 
 def translated(parameters: dict[str, str] | None = None) -> dict[str, Any]:
     """The CloudFormation JSON SAM makes of the template (a fresh copy each call),
     translated with ``parameters`` as ``sam deploy`` would pass them."""
-    overrides = _overrides(parameters)
-    if overrides in _translated_many:
-        return json.loads(_translated_many[overrides])  # type: ignore[no-any-return]
+    overrides = tuple(f"{k}={v}" for k, v in sorted((parameters or {}).items()))
     return json.loads(_translated(overrides))  # type: ignore[no-any-return]
-
-
-def _overrides(parameters: dict[str, str] | None) -> tuple[str, ...]:
-    return tuple(f"{k}={v}" for k, v in sorted((parameters or {}).items()))
-
-
-_translated_many: dict[tuple[str, ...], str] = {}
-
-
-def translate_ahead(many: list[dict[str, str]]) -> None:
-    """Translate every parameter set of ``many`` in one translator process (starting
-    one costs about a second), for ``translated`` to hand out afterwards."""
-    wanted = [o for o in dict.fromkeys(_overrides(p) for p in many)
-              if o not in _translated_many]
-    if not wanted:
-        return
-    done = subprocess.run([str(infra_tool("python")),
-                           str(ROOT / "tests" / "infra" / "sam_translate.py"), "--many",
-                           str(TEMPLATE)], input=json.dumps([list(o) for o in wanted]),
-                          capture_output=True, text=True, timeout=300, env=TOOL_ENV, cwd=ROOT)
-    assert done.returncode == 0, f"SAM translation failed:\n{done.stderr}"
-    for overrides, doc in zip(wanted, json.loads(done.stdout), strict=True):
-        _translated_many[overrides] = json.dumps(doc)
 
 
 def resources(doc: dict[str, Any], type_: str) -> dict[str, dict[str, Any]]:

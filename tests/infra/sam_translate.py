@@ -64,15 +64,23 @@ def main(path: str, *overrides: str) -> None:
               default=str)
 
 
-def main_many(path: str) -> None:
-    """``--many``: a JSON list of override lists on stdin; a JSON list of the
-    translations, in order, on stdout (one interpreter for a test's many deploys)."""
-    out = [translate(path, overrides) for overrides in json.load(sys.stdin)]
-    json.dump(out, sys.stdout, sort_keys=True, default=str)
+def serve(path: str) -> None:
+    """``--serve``: one translation per line of stdin (a JSON list of overrides), each
+    answered with one line, ``{"doc": ...}`` or ``{"error": traceback}``, so a test
+    session starts the translator (about a second) once, not once per parameter set."""
+    import traceback
+
+    for line in sys.stdin:
+        try:
+            answer = {"doc": translate(path, json.loads(line))}
+        except Exception:  # noqa: BLE001 - handed to the test, which fails with it
+            answer = {"error": traceback.format_exc()}
+        sys.stdout.write(json.dumps(answer, sort_keys=True, default=str) + "\n")
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--many"]:
-        main_many(sys.argv[2])
+    if sys.argv[1:2] == ["--serve"]:
+        serve(sys.argv[2])
     else:
         main(*sys.argv[1:])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra_support import translate_ahead, translated
+from infra_support import translated
 from template_eval import Deployment, samconfig_parameters
 
 from humpyard.store.dynamodb_schema import LEGACY_INDEXES
@@ -92,10 +92,6 @@ def test_an_existing_stack_sheds_the_legacy_indexes_one_per_deploy() -> None:
     # CloudFormation creates or deletes one GSI per update: each step down of
     # LedgerLegacyIndexes removes exactly one index and the attributes only it used.
     steps = []
-    deploys = [{"LedgerLegacyIndexes": str(kept), **mode}
-               for kept in range(len(LEGACY_INDEXES), -1, -1)
-               for mode in ({}, {"TableBillingMode": "PROVISIONED"})]
-    translate_ahead(deploys)  # one translator process for all of them
     for kept in range(len(LEGACY_INDEXES), -1, -1):
         for mode in ({}, {"TableBillingMode": "PROVISIONED"}):
             d = _deployed(LedgerLegacyIndexes=str(kept), **mode)
