@@ -50,9 +50,10 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check shared tests functions bench
 	$(VENV)/bin/mypy shared/humpyard
 
-## soak: two minutes each of the fault soak (32 connections), the ledger soak (256) and the hostile soak (every attack at once); make test runs 20 s / 8 s
+## soak: two minutes each of the fault soak (32 connections), the ledger soak (256) and the hostile soak (every attack at once), and the DynamoDB partition-heat runs at full size (2,000 requests on 10 and 40 instances); make test runs 20 s / 8 s and the heat on 3 instances / the first 1,000 requests
 soak: $(STAMP)
 	HUMPYARD_SOAK_SECS=$${HUMPYARD_SOAK_SECS:-120} $(PY) -m pytest tests/faults/test_soak.py tests/hostile/test_soak_hostile.py -q -s
+	HUMPYARD_HEAT=full $(PY) -m pytest tests/unit/aws/test_partition_heat.py tests/unit/aws/test_budget_leases.py::test_one_budgeted_key_at_1000_requests_per_second_heats_no_item -q -s
 
 ## bench: measure the gateway's own cost; results in bench/results/
 bench: $(STAMP)

@@ -8,6 +8,7 @@ hide a broken template.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import subprocess
@@ -66,12 +67,46 @@ def template() -> dict[str, Any]:
 
 @cache
 def _translated(overrides: tuple[str, ...]) -> str:
-    python = infra_tool("python")
-    done = subprocess.run([str(python), str(ROOT / "tests" / "infra" / "sam_translate.py"),
-                           str(TEMPLATE), *overrides], capture_output=True, text=True,
-                          timeout=120, env=TOOL_ENV, cwd=ROOT)
-    assert done.returncode == 0, f"SAM translation failed:\n{done.stderr}"
-    return done.stdout
+    answer = json.loads(_translator().ask(json.dumps(list(overrides))))
+    assert "error" not in answer, f"SAM translation failed:\n{answer['error']}"
+    return json.dumps(answer["doc"])
+
+
+class _Translator:
+    """``sam_translate.py --serve`` in ``.venv-infra``: one process for the session
+    (starting one and importing SAM's translator costs about a second a translation)."""
+
+    def __init__(self) -> None:
+        self._proc = subprocess.Popen(
+            [str(infra_tool("python")), str(ROOT / "tests" / "infra" / "sam_translate.py"),
+             "--serve", str(TEMPLATE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True, env=TOOL_ENV, cwd=ROOT)
+        atexit.register(self.close)
+
+    def ask(self, line: str) -> str:
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._proc.stdin.write(line + "\n")
+        self._proc.stdin.flush()
+        answer = self._proc.stdout.readline()
+        assert answer, f"the SAM translator exited ({self._proc.poll()})"
+        return answer
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            assert self._proc.stdin is not None
+            self._proc.stdin.close()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+
+
+@cache
+def _translator() -> _Translator:
+    return _Translator()
 
 
 def translated(parameters: dict[str, str] | None = None) -> dict[str, Any]:

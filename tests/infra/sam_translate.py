@@ -47,7 +47,7 @@ def _replace_local_uris(template: dict) -> None:
             props[prop] = _placeholder(props[prop])
 
 
-def main(path: str, *overrides: str) -> None:
+def translate(path: str, overrides: list[str]) -> dict:
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     from samtranslator.translator.transform import transform
     from samtranslator.yaml_helper import yaml_parse
@@ -56,9 +56,31 @@ def main(path: str, *overrides: str) -> None:
         template = yaml_parse(f.read())
     _replace_local_uris(template)
     parameters = dict(o.split("=", 1) for o in overrides)
-    out = transform(template, parameters, _NoManagedPolicies())
-    json.dump(out, sys.stdout, indent=1, sort_keys=True, default=str)
+    return transform(template, parameters, _NoManagedPolicies())  # type: ignore[no-any-return]
+
+
+def main(path: str, *overrides: str) -> None:
+    json.dump(translate(path, list(overrides)), sys.stdout, indent=1, sort_keys=True,
+              default=str)
+
+
+def serve(path: str) -> None:
+    """``--serve``: one translation per line of stdin (a JSON list of overrides), each
+    answered with one line, ``{"doc": ...}`` or ``{"error": traceback}``, so a test
+    session starts the translator (about a second) once, not once per parameter set."""
+    import traceback
+
+    for line in sys.stdin:
+        try:
+            answer = {"doc": translate(path, json.loads(line))}
+        except Exception:  # noqa: BLE001 - handed to the test, which fails with it
+            answer = {"error": traceback.format_exc()}
+        sys.stdout.write(json.dumps(answer, sort_keys=True, default=str) + "\n")
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    if sys.argv[1:2] == ["--serve"]:
+        serve(sys.argv[2])
+    else:
+        main(*sys.argv[1:])

@@ -58,7 +58,8 @@ async def play(client: httpx.AsyncClient, case: Case, url: str) -> list[tuple[An
     for _ in range(case.requests):
         try:
             r = await client.request(case.method, url + "/x",
-                                     timeout=httpx.Timeout(5, read=case.read_timeout))
+                                     timeout=httpx.Timeout(case.connect_timeout,
+                                                           read=case.read_timeout))
             out.append(outcome_of_response(r.status_code, r.headers, r.content))
         except httpx.HTTPError as e:
             out.append(outcome_of_failure(e, url))
@@ -68,7 +69,7 @@ async def play(client: httpx.AsyncClient, case: Case, url: str) -> list[tuple[An
 async def play_client(fast: FastTransport, case: Case, url: str) -> list[tuple[Any, ...]]:
     client = UpstreamClient(fast, env={})
     p = ProviderSpec(name="p", base_url=url, timeout_secs=case.read_timeout,
-                     connect_timeout_secs=5)
+                     connect_timeout_secs=case.connect_timeout)
     out = []
     try:
         for _ in range(case.requests):

@@ -11,6 +11,7 @@ throttling or failing.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -58,11 +59,19 @@ def moto_client() -> Any:
         config=Config(retries={"total_max_attempts": 1}))
 
 
+@functools.cache
+def _reused_client() -> Any:
+    """One client for every ``moto_tables``: making a botocore client costs more than
+    the tables (~0.1 s), and moto's stub answers it from whichever ``mock_aws`` is
+    active, each of which starts empty."""
+    return moto_client()
+
+
 @contextmanager
 def moto_tables() -> Iterator[SerializedClient]:
     """Inside ``mock_aws``: both tables created, and a serialising client on them."""
     with mock_aws():
-        client = moto_client()
+        client = _reused_client()
         create_tables(client, STATE, LEDGER)
         yield SerializedClient(client)
 
