@@ -214,7 +214,7 @@ class Instance:
         """
         refused = boundary(event, self.surfaces)
         if refused is not None:
-            record_refusal(self.gateway, refused[1])
+            record_refusal(self.gateway.services, refused[1])
             self.flush_now()
             return refused[0]
         if self._http is None:
