@@ -20,7 +20,6 @@ itself; otherwise both live in this process's memory.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections.abc import Mapping
@@ -271,8 +270,7 @@ class Gateway:
         endpoint's health state, each budgeted key's spend this period. No store
         read when the shared state is fresh; on AWS none at all, whatever its age
         (the next request's plan refreshes it), unless it was invalidated."""
-        source = self.state.source
-        with source.no_reads() if source is not None else contextlib.nullcontext():
+        with self.state.source.no_reads():
             self._refresh_gauges(self.clock.now())
 
     def _refresh_gauges(self, now: float) -> None:
