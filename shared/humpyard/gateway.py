@@ -129,12 +129,13 @@ class Gateway:
 
     def _shared_health(self, config: Config) -> SharedHealth | None:
         """Breakers in the store when it shares them (several processes on one file,
-        or DynamoDB): a probe lease is a compare-and-set there."""
+        or DynamoDB): a probe lease is a compare-and-set there. Its writes run on a
+        thread of their own, never on the event loop (``queued``)."""
         if not getattr(self.store, "shares_live", False):
             return None
         refresh = config.state_refresh_ms / 1000
         return SharedHealth(self.store, health_settings(config), self.clock, refresh,
-                            state=state_for(self.store, self.clock))
+                            state=state_for(self.store, self.clock), queued=True)
 
     def _shared_latency(self, config: Config, flush_secs: float) -> SharedLatency | None:
         """Latency figures in the store when it shares them, written every ``flush_secs``
@@ -304,6 +305,9 @@ class Gateway:
     async def aclose(self) -> None:
         await asyncio.to_thread(self.allowance.close)  # pending spend, leases given back
         self.reads.close()
+        close_health = getattr(self.health, "close", None)
+        if close_health is not None:  # SharedHealth: queued breaker writes written
+            await asyncio.to_thread(close_health)
         self.writer.close()
         await self.client.aclose()
         self.store.close()
