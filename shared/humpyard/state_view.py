@@ -10,8 +10,8 @@ One way in, one way out: overrides and spend always come from a
   SQLite file) gets one over the store's overrides and spend
   (``shared_state.local_state``), and keeps health and latency in memory;
   its view is served whatever its age while it is re-read (the memory
-  store in place, a file in a thread), so the request path never reads
-  the disk except after an ``invalidate``.
+  store in place, a file in a thread, ``invalidate`` too), so the request
+  path never reads the disk (the first read is made before serving).
 
 ``snapshot`` returns the ``StateSnapshot``; spend is never taken below what
 this process added itself (its writer may not have written it yet).
@@ -155,12 +155,19 @@ class StateView:
     # -- changes -------------------------------------------------------------------------
 
     def invalidate(self) -> None:
-        """Make the next snapshot re-read overrides and spend from the store.
+        """Make the next snapshot re-read overrides and spend from the store: at once on a
+        shared store (waited for), in a thread for a file this process has alone (its
+        last view is served meanwhile: the request path never reads the file; callers
+        that must see the change ``reload`` next, as the override handlers do).
 
         The spend this process counted is kept until the store has it, so a
         reload never forgets spend.
         """
-        self.source.invalidate()
+        if self.shares is None and getattr(self.store, "kind", None) != "memory":
+            threading.Thread(target=self._reread, name="humpyard-state-refresh",
+                             daemon=True).start()
+        else:
+            self.source.invalidate()
         wake = self.on_invalidate
         if wake is not None:
             try:
@@ -171,7 +178,17 @@ class StateView:
     def reload(self) -> None:
         """Re-read overrides and spend from the store now. Blocking: call off the loop
         (the override handlers do, so that the next request sees their change)."""
-        self.source.current()
+        if self.shares is None:
+            self._reread()
+        else:
+            self.source.current()
+
+    def _reread(self) -> None:
+        """A read of a store this process has alone that began after this call; the view
+        it replaces is served until it ends (no caller waits for it)."""
+        after = self.source.ticket()
+        if self.source.refresh().read_ticket < after:  # joined a read begun before
+            self.source.refresh()
 
     def add_spend(self, key_id: str, period: str, usd: float) -> None:
         """Count spend at once locally and in the store off the request path.
