@@ -251,7 +251,9 @@ class SharedHealth:
         old, expected = self._start(key)
         verdict, new = step(old)
         if new is not old:
-            self._remember(key, new, stored=key in self._stored)
+            # Stored once the queued write lands, which the next transition's write
+            # follows: it expects this version (a wrong guess is one refused write).
+            self._remember(key, new, stored=True)
             try:
                 self._writes.submit(self._write, key, step, old, expected, verdict, new)
             except RuntimeError:  # closed: the process is stopping
