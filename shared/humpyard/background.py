@@ -57,9 +57,9 @@ class Background:
             jobs.append(leases.run(stop))
         if isinstance(self.latency, SharedLatency):
             jobs.append(self._flush_latency(stop))
-        source = self.state.source
-        if source is not None:  # a long-lived process on a shared store (not Lambda)
-            jobs.append(self._refresh_state(source, stop))
+        shares = self.state.shares
+        if shares is not None:  # a long-lived process on a shared store (not Lambda)
+            jobs.append(self._refresh_state(shares, stop))
         if self.quota.providers():
             jobs.append(self.quota.run(stop))
         await asyncio.gather(*jobs)

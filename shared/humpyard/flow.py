@@ -17,13 +17,13 @@ from humpyard.config.names import CREDENTIAL_HEADERS
 from humpyard.errors import BudgetExhausted, HumpyardError, RateLimited
 from humpyard.executor.count import count_upstream
 from humpyard.executor.tiered import run_tiered
-from humpyard.gateway import Gateway
 from humpyard.ledger.periods import seconds_left
 from humpyard.planning.estimate import analyse_request
 from humpyard.planning.plan import plan as make_plan
 from humpyard.planning.policy import worst_cost
 from humpyard.planning.types import Plan, RequestFacts, StateSnapshot
 from humpyard.records import Call, Native, Served
+from humpyard.services import RequestServices
 from humpyard.sessions import session_id
 
 TRUE = frozenset({"1", "true", "yes"})
@@ -62,14 +62,15 @@ def _max_tokens(body: Mapping[str, Any]) -> int | None:
     return None
 
 
-async def serve(gw: Gateway, call: Call) -> Served:
+async def serve(gw: RequestServices, call: Call) -> Served:
     """Plan ``call`` and execute the plan: the answer (a buffered body or an event
     stream still to be relayed), or a ``HumpyardError``.
 
     What was decided and tried is left on ``call`` (``facts``, ``plan``,
     ``attempts``) for the record, whichever way this ends (a cancellation too:
     the attempts are appended to ``call.attempts`` as they are made); recording
-    is the caller's (``recording.py``).
+    is the caller's (``recording.py``). ``gw`` is the gateway's request side
+    (``services.RequestServices``).
     """
     call.ts = gw.clock.now()
     try:
@@ -103,7 +104,7 @@ async def serve(gw: Gateway, call: Call) -> Served:
     return served
 
 
-async def _reserve(gw: Gateway, call: Call, hold: Hold, facts: RequestFacts,
+async def _reserve(gw: RequestServices, call: Call, hold: Hold, facts: RequestFacts,
                    snapshot: StateSnapshot) -> None:
     """Reserve the plan's largest worst case against the key's budget. With no await
     since the snapshot, nothing else was admitted in between; across instances the
@@ -120,7 +121,7 @@ async def _reserve(gw: Gateway, call: Call, hold: Hold, facts: RequestFacts,
                           route_rngs=gw.route_rngs)
 
 
-async def _admit(gw: Gateway, call: Call, facts: RequestFacts) -> Hold | None:
+async def _admit(gw: RequestServices, call: Call, facts: RequestFacts) -> Hold | None:
     """Take the request's share of its key's limits (``RateLimited`` beyond one) and
     leave on ``call`` how to give it back when the record closes (``recording.py``);
     the tokens an answer used count against its provider's ``tpm_limit`` then too."""
@@ -156,7 +157,7 @@ async def _admit(gw: Gateway, call: Call, facts: RequestFacts) -> Hold | None:
     return hold
 
 
-def plan_only(gw: Gateway, call: Call) -> Plan:
+def plan_only(gw: RequestServices, call: Call) -> Plan:
     """Plan ``call`` as a real request, making no random draws (as explain does, so
     counting never moves a seeded route's sequence) and executing nothing."""
     call.ts = gw.clock.now()
@@ -166,7 +167,7 @@ def plan_only(gw: Gateway, call: Call) -> Plan:
     return call.plan
 
 
-async def count_tokens(gw: Gateway, call: Call) -> int | None:
+async def count_tokens(gw: RequestServices, call: Call) -> int | None:
     """The serving upstream's own count of ``call``'s prompt, or None: when the
     request would be refused, its first endpoint cannot count (only Anthropic
     upstreams can) or the count failed (``executor/count.py``)."""

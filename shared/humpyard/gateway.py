@@ -6,8 +6,10 @@ latency figures, the store and its background writer, and the metrics. The
 configuration can be swapped atomically (``swap_config``); a request keeps the
 ``Config`` object it started with.
 
-Two parts have their own modules: ``state`` (``state_view.StateView``), the
-snapshot the planner plans on and the spend a request adds, and
+Three parts have their own modules: ``services`` (``services.RequestServices``),
+the narrow parts a request is given instead of the Gateway (rebuilt when the
+configuration is swapped); ``state`` (``state_view.StateView``), the
+snapshot the planner plans on and the spend a request adds; and
 ``background`` (``background.Background``), the work between requests.
 For a store that shares breakers and latency (``shares_live``: DynamoDB,
 the SQLite file of ``serve --workers N``) the Gateway builds
@@ -18,10 +20,10 @@ itself; otherwise both live in this process's memory.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from humpyard.allowance import Allowance
@@ -42,6 +44,7 @@ from humpyard.metrics import GatewayMetrics, Metrics
 from humpyard.planning.policy import RoutingPolicy
 from humpyard.planning.types import LatencyFigure, Override, StateSnapshot
 from humpyard.quota.poller import QuotaPoller
+from humpyard.services import ExecutorEvents, RequestServices, Tiered
 from humpyard.shared_state import state_for
 from humpyard.state_view import StateView
 from humpyard.store import Store, open_store
@@ -92,28 +95,22 @@ class Gateway:
         self.readiness = ReadinessProber(self._http, self.clock,
                                          config.router.probe_interval_secs,
                                          config.router.probe_timeout_secs)
-        self.policy = policy
         self.latency_book: LatencyBook = (
             latency or self._shared_latency(config, latency_flush_secs) or LocalLatency())
-        self.route_rngs: dict[str, random.Random] = {}
         self.quota = QuotaPoller(config, self.store, self.clock, self._http,
                                  metrics=self.metrics, cost_since=self._provider_cost_since)
         self._forbid_secrets(config)
-        self._tiered: Any = None
+        self._tiers = Tiered()
         self.reloader: Any = None  # set by the Lambda wiring (aws/config_source.py)
-        # A buffered answer is recorded after it is sent, unless the process may be
-        # frozen once its answer is complete (Lambda: see aws/flush.py).
-        self.record_before_reply = False
-        self.refusals = RateSampler(config.refused_per_minute)
-        self.spans: Any = None  # telemetry.Spans when OpenTelemetry traces are on
         self.reads = ReadPool()  # the admin API's store calls, off the event loop
         # Budget reservations and per-key limits in flight; across instances through
         # leases of the store (leases.py).
         self.allowance = Allowance(Leases(self.store, self.clock,
                                           fallback=self.writer.submit_spend))
-        self.provider_tpm = _provider_tpm(config)  # some provider has a tpm_limit (pacing)
+        events = ExecutorEvents(self.metrics, self.latency_book, self.clock)
         self.executor = Executor(self.client, self.health, self.readiness, self.clock,
-                                 self.rng, on_latency=self._on_latency, on_event=self._on_event)
+                                 self.rng, on_latency=events.on_latency,
+                                 on_event=events.on_event)
         self.pacing = self.executor.pacing = Pacing()  # upstreams' rate-limit headers
         # The planner's snapshot (read before serving), and the work between requests.
         self.state = StateView(lambda: self._config, self.store, self.clock,
@@ -122,15 +119,23 @@ class Gateway:
                                pacing=self.pacing)
         self.background = Background(lambda: self._config, self.store, self.clock,
                                      self.state, self.quota, self.latency_book)
+        # What a request is given (services.py): never the Gateway itself.
+        self.services = RequestServices(
+            config=config, clock=self.clock, state=self.state, executor=self.executor,
+            allowance=self.allowance, pacing=self.pacing, metrics=self.metrics,
+            writer=self.writer, refusals=RateSampler(config.refused_per_minute),
+            rng=self.rng, route_rngs={}, policy=policy,
+            provider_tpm=_provider_tpm(config), tiers=self._tiers)
 
     def _shared_health(self, config: Config) -> SharedHealth | None:
         """Breakers in the store when it shares them (several processes on one file,
-        or DynamoDB): a probe lease is a compare-and-set there."""
+        or DynamoDB): a probe lease is a compare-and-set there. Its writes run on a
+        thread of their own, never on the event loop (``queued``)."""
         if not getattr(self.store, "shares_live", False):
             return None
         refresh = config.state_refresh_ms / 1000
         return SharedHealth(self.store, health_settings(config), self.clock, refresh,
-                            state=state_for(self.store, self.clock))
+                            state=state_for(self.store, self.clock), queued=True)
 
     def _shared_latency(self, config: Config, flush_secs: float) -> SharedLatency | None:
         """Latency figures in the store when it shares them, written every ``flush_secs``
@@ -150,6 +155,50 @@ class Gateway:
     def config(self) -> Config:
         return self._config
 
+    # -- the request's parts (services.py): read here, changed by a new RequestServices ----
+
+    def _serve_with(self, **changes: Any) -> None:
+        self.services = replace(self.services, **changes)
+
+    @property
+    def record_before_reply(self) -> bool:
+        """A buffered answer is recorded after it is sent, unless the process may be
+        frozen once its answer is complete (Lambda: see aws/flush.py)."""
+        return self.services.record_before_reply
+
+    @record_before_reply.setter
+    def record_before_reply(self, value: bool) -> None:
+        self._serve_with(record_before_reply=value)
+
+    @property
+    def spans(self) -> Any:
+        """``telemetry.Spans`` when OpenTelemetry traces are on, else None."""
+        return self.services.spans
+
+    @spans.setter
+    def spans(self, value: Any) -> None:
+        self._serve_with(spans=value)
+
+    @property
+    def policy(self) -> RoutingPolicy | None:
+        return self.services.policy
+
+    @policy.setter
+    def policy(self, value: RoutingPolicy | None) -> None:
+        self._serve_with(policy=value)
+
+    @property
+    def refusals(self) -> RateSampler:
+        return self.services.refusals
+
+    @property
+    def route_rngs(self) -> dict[str, random.Random]:
+        return self.services.route_rngs
+
+    @property
+    def provider_tpm(self) -> bool:
+        return self.services.provider_tpm
+
     def swap_config(self, config: Config) -> None:
         """Serve ``config`` from the next request on; health and latency carry over."""
         old, self._config = self._config, config
@@ -159,15 +208,17 @@ class Gateway:
         self.readiness.timeout_secs = config.router.probe_timeout_secs
         self.client.configure(config)
         # A seeded route keeps its draw sequence only while its definition is unchanged.
-        self.route_rngs = {k: v for k, v in self.route_rngs.items()
-                           if k in config.routes and config.routes[k] == old.routes.get(k)}
-        if self._tiered is not None:
-            self._tiered.forget_routes(set(config.routes))
+        route_rngs = {k: v for k, v in self.route_rngs.items()
+                      if k in config.routes and config.routes[k] == old.routes.get(k)}
+        if self._tiers.router is not None:
+            self._tiers.router.forget_routes(set(config.routes))
         self.quota.reload(config)
+        refusals = self.refusals
         if config.refused_per_minute != old.refused_per_minute:
-            self.refusals = RateSampler(config.refused_per_minute)
+            refusals = RateSampler(config.refused_per_minute)
         self._forbid_secrets(config)
-        self.provider_tpm = _provider_tpm(config)
+        self._serve_with(config=config, route_rngs=route_rngs, refusals=refusals,
+                         provider_tpm=_provider_tpm(config))
         self.invalidate()
 
     def _forbid_secrets(self, config: Config) -> None:
@@ -213,18 +264,14 @@ class Gateway:
     @property
     def tiered(self) -> Any:
         """The Switchyard adapter, built (and Switchyard imported) on first use."""
-        if self._tiered is None:
-            from humpyard.switchyard.adapter import TieredRouter
-            self._tiered = TieredRouter()
-        return self._tiered
+        return self._tiers.get()
 
     def refresh_gauges(self) -> None:
         """Point-in-time gauges before metrics are read: overrides, each configured
         endpoint's health state, each budgeted key's spend this period. No store
         read when the shared state is fresh; on AWS none at all, whatever its age
         (the next request's plan refreshes it), unless it was invalidated."""
-        source = self.state.source
-        with source.no_reads() if source is not None else contextlib.nullcontext():
+        with self.state.source.no_reads():
             self._refresh_gauges(self.clock.now())
 
     def _refresh_gauges(self, now: float) -> None:
@@ -250,28 +297,17 @@ class Gateway:
                 m.budget_spend_usd.set(round(shared.spend.get(key.id, 0.0), 6), key=key.id)
         self.writer.refresh_gauges()
 
-    # -- hooks from the executor -------------------------------------------
-
     @property
     def latency(self) -> Mapping[str, LatencyFigure]:
         """The current latency figure per target."""
         return self.latency_book.figures(self.clock.now())
 
-    def _on_latency(self, target: str, ms: float) -> None:
-        fig = self.latency_book.record(target, ms, self.clock.now())
-        if fig is not None:
-            self.metrics.target_latency.set(fig.ms / 1000, target=target)
-
-    def _on_event(self, name: str, **kw: Any) -> None:
-        if name == "retry_after_honored":
-            self.metrics.retry_after_honored.inc()
-        elif name == "routability_resend":
-            self.metrics.routability_resends.inc(endpoint=kw["endpoint"])
-            self.metrics.routability_resend_seconds.observe(kw["ms"] / 1000)
-
     async def aclose(self) -> None:
         await asyncio.to_thread(self.allowance.close)  # pending spend, leases given back
         self.reads.close()
+        close_health = getattr(self.health, "close", None)
+        if close_health is not None:  # SharedHealth: queued breaker writes written
+            await asyncio.to_thread(close_health)
         self.writer.close()
         await self.client.aclose()
         self.store.close()

@@ -2,7 +2,7 @@
 
 The intake opens the record as soon as a request arrives::
 
-    async with recording(gw, call) as rec:
+    async with recording(gw, call) as rec:  # gw: services.RequestServices
         ...  # authenticate, decode, serve, send the answer
 
 and whatever happens inside the block — an answer sent, a stream ended or
@@ -30,13 +30,13 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from humpyard.errors import HumpyardError, UpstreamError
-from humpyard.gateway import Gateway
 from humpyard.ledger.decision import build_decision, stream_usage, token_counts
 from humpyard.ledger.periods import period_key
 from humpyard.metrics.translation import note_kind
 from humpyard.planning.estimate import relayed_text_bytes
 from humpyard.planning.types import Plan
 from humpyard.records import Call, Served, new_request_id
+from humpyard.services import RequestServices
 
 log = logging.getLogger("humpyard.request")
 
@@ -58,7 +58,7 @@ class Recording:
     __slots__ = ("gw", "call", "served", "stream_error", "replying", "closed", "gone",
                  "relayed", "finished")
 
-    def __init__(self, gw: Gateway, call: Call) -> None:
+    def __init__(self, gw: RequestServices, call: Call) -> None:
         self.gw = gw
         self.call = call
         self.served: Served | None = None
@@ -160,7 +160,7 @@ class Recording:
         return stream_usage(served.usage, prompt or 0, self.relayed), True
 
 
-def recording(gw: Gateway, call: Call) -> Recording:
+def recording(gw: RequestServices, call: Call) -> Recording:
     """Open ``call``'s record: ``async with recording(gw, call) as rec: ...``.
 
     The record is written when the block ends, however it ends: a
@@ -174,7 +174,7 @@ def recording(gw: Gateway, call: Call) -> Recording:
     return Recording(gw, call)
 
 
-def record_refusal(gw: Gateway, error: HumpyardError, protocol: str = "http") -> None:
+def record_refusal(gw: RequestServices, error: HumpyardError, protocol: str = "http") -> None:
     """Record a request refused before any client path took it (an unknown path, a
     Lambda function's boundary): counted, and written within ``refused_per_minute``."""
     now = gw.clock.now()
@@ -183,7 +183,7 @@ def record_refusal(gw: Gateway, error: HumpyardError, protocol: str = "http") ->
     Recording(gw, call).close(status=error.status, error=error)
 
 
-def _write(gw: Gateway, call: Call, status: int, served: Served | None,
+def _write(gw: RequestServices, call: Call, status: int, served: Served | None,
            error: HumpyardError | None, stream_error: str | None,
            usage: dict[str, int] | None = None,
            usage_estimated: bool = False) -> dict[str, Any] | None:
@@ -212,7 +212,7 @@ def _write(gw: Gateway, call: Call, status: int, served: Served | None,
     return decision
 
 
-def _count(gw: Gateway, call: Call, decision: dict[str, Any], status: int,
+def _count(gw: RequestServices, call: Call, decision: dict[str, Any], status: int,
            error: HumpyardError | None, latency_ms: float) -> None:
     m = gw.metrics
     plan = call.plan
@@ -254,7 +254,7 @@ USAGE_KINDS = (("input", "input_tokens"), ("output", "output_tokens"),
                ("cache_read", "cache_read_tokens"), ("cache_write", "cache_write_tokens"))
 
 
-def _count_usage(gw: Gateway, call: Call, route: str, target: str, usage: dict[str, Any],
+def _count_usage(gw: RequestServices, call: Call, route: str, target: str, usage: dict[str, Any],
                  cost: float) -> None:
     """The answer's tokens and cost, by key id, route and target (series keyed by
     tuple: no label dict per request)."""
@@ -268,7 +268,7 @@ def _count_usage(gw: Gateway, call: Call, route: str, target: str, usage: dict[s
         gw.metrics.cost_usd.add((kid, route, target), cost)
 
 
-def _count_removals(gw: Gateway, plan: Plan) -> None:
+def _count_removals(gw: RequestServices, plan: Plan) -> None:
     for r in plan.removals:
         if r.step == "health":
             gw.metrics.health_skips.inc(route=plan.route, target=r.target)

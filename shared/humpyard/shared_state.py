@@ -35,6 +35,16 @@ buckets are read every ``latency_refresh_secs`` only (they change when
 instances flush, every few seconds): the whole window on the first read,
 then the current and previous bucket. ``state_for(store, clock)`` gives
 each store object (one per instance) its one ``SharedState``.
+
+A store a process has alone (the memory store, a single ``serve``'s SQLite
+file) goes through the same ``SharedState`` (``local_state``): its reader
+(``LocalStateReader``) brings back overrides and spend only (breakers and
+latency figures live in the process's memory then), and its view is
+served whatever its age while a refresh runs (``stale_ok``: this process
+is the only writer, so what it adds itself, counted at once, is all that
+can have changed; the re-read past half ``refresh_secs`` only folds that
+into the view, and notices a budget period's turn). The memory store is
+read in place, a file in a thread.
 """
 
 from __future__ import annotations
@@ -50,7 +60,7 @@ from typing import Any
 
 from humpyard.clock import Clock
 from humpyard.planning.types import Override
-from humpyard.store.base import SharedRead, SharedRequest, SharedStateReader
+from humpyard.store.base import SharedRead, SharedRequest, SharedStateReader, Store
 
 logger = logging.getLogger("humpyard.state")
 
@@ -98,6 +108,8 @@ class SharedState:
         self._inflight: threading.Event | None = None
         self._invalid_ticket = 0
         self._spend_wanted: dict[str, str] = {}
+        self._spend_given: object = None  # the mapping last given to ``current``
+        self._complete: SharedView | None = None  # a view holding every spend total wanted
         self._local_spend: list[tuple[int, str, str, float]] = []
         self._tickets = 0
         self._overrides_version: int | None = None
@@ -129,6 +141,12 @@ class SharedState:
 
     def _ticket_locked(self) -> int:
         self._tickets += 1
+        return self._tickets
+
+    @property
+    def changes(self) -> int:
+        """A number that moves with every read and every local change: while it and the
+        view stay the same, so does what ``spend`` returns."""
         return self._tickets
 
     def note_spend(self, key_id: str, period: str, usd: float) -> None:
@@ -163,37 +181,60 @@ class SharedState:
         docstring). ``ahead`` (the planner's call, once per request) also starts a
         background refresh of a view past half its age, or missing a spend total;
         other callers only wait when they must, so a request pays for one read at most.
-        ``spend`` (key id → period) names the spend totals to keep from the next read on."""
-        with self._lock:
-            if spend is not None and spend != self._spend_wanted:
-                self._spend_wanted = dict(spend)
+        ``spend`` (key id → period) names the spend totals to keep from the next read on;
+        a mapping once given is never changed in place (the same one given again is
+        taken as unchanged)."""
+        if spend is not None and spend is not self._spend_given:
+            with self._lock:
+                self._spend_given = spend
+                if spend != self._spend_wanted:
+                    self._spend_wanted = dict(spend)
+                    self._complete = None
+        view = self._complete  # the common case, without the lock: fresh and complete
+        if view is not None and view is self._view and view.read_ticket > self._invalid_ticket \
+                and self._clock.monotonic() - view.read_at < self.refresh_secs * AHEAD:
+            return view
         if getattr(self._local, "no_reads", False):
             found = self.peek()
             if found is not None:
                 return found
         for _ in range(3):  # a read that began before an ``invalidate`` does not count
             mono = self._clock.monotonic()
+            start: Callable[[], None] | None = None
             with self._lock:
                 view = self._view
                 valid = view is not None and view.read_ticket > self._invalid_ticket
                 age = mono - view.read_at if view is not None and valid else math.inf
-                if view is not None and (age < self.refresh_secs
-                                         or (self.stale_ok and age < math.inf)):
-                    missing = ahead and any((k, p) not in view.spend
-                                            for k, p in self._spend_wanted.items())
+                served = view is not None and (age < self.refresh_secs
+                                               or (self.stale_ok and age < math.inf))
+                if served:
+                    assert view is not None
+                    missing = ahead and view is not self._complete and self._lacks_locked(view)
                     stale = age >= self.refresh_secs * AHEAD
-                    if ((ahead or self.stale_ok) and (stale or (ahead and missing))
+                    if ((ahead or self.stale_ok) and (stale or missing)
                             and self._inflight is None):
-                        self._background(self._reader(mono))
-                    return view
-                inflight = self._inflight
-                if inflight is None:
-                    read = self._reader(mono)
+                        start = self._reader(mono)
+                else:
+                    inflight = self._inflight
+                    if inflight is None:
+                        read = self._reader(mono)
+            if served:
+                assert view is not None
+                if start is not None:  # outside the lock: it may run the read at once
+                    self._background(start)
+                return view
             if inflight is None:
                 read()
             else:
                 inflight.wait()
         return self._view or SharedView()
+
+    def _lacks_locked(self, view: SharedView) -> bool:
+        """Whether ``view`` misses a spend total now wanted (remembered when it does not)."""
+        if any((k, p) not in view.spend for k, p in self._spend_wanted.items()):
+            return True
+        self._complete = view
+        return False
 
     def refresh(self) -> SharedView:
         """Read now (or join the read in flight) and return the view. Blocking: for the
@@ -312,3 +353,33 @@ def state_for(store: object, clock: Clock) -> SharedState | None:
                 store, clock,  # type: ignore[arg-type]
                 stale_ok=bool(getattr(store, "stale_reads_ok", False)))
         return found
+
+
+class LocalStateReader:
+    """``read_shared`` over a store a process has alone (memory, one ``serve``'s SQLite
+    file): the overrides and the spend asked for, in one call; no breakers and no latency
+    buckets (this process keeps those in memory). Raises what the store raises."""
+
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+
+    def read_shared(self, request: SharedRequest) -> SharedRead:
+        store = self._store
+        overrides = store.list_overrides(self._clock.now()) if store.has_ledger else []
+        # Every store keeps spend, the memory store of a gateway without a [ledger] too.
+        spend = dict(store.spend_for(dict(request.spend))) if request.spend else {}
+        return SharedRead(breakers={}, spend=spend, latency={}, overrides_version=0,
+                          overrides=overrides)
+
+
+def _at_once(fn: Callable[[], None]) -> None:
+    fn()
+
+
+def local_state(store: Store, clock: Clock) -> SharedState:
+    """The ``SharedState`` of a store this process has alone (see the module docstring):
+    the memory store read in place, any other in a thread."""
+    in_place = getattr(store, "kind", None) == "memory"
+    return SharedState(LocalStateReader(store, clock), clock,
+                       background=_at_once if in_place else None, stale_ok=True)

@@ -147,13 +147,17 @@ def test_one_probe_across_instances_sharing_breakers_in_dynamodb():
     with moto_tables() as client, FakeUpstream() as bad, FakeUpstream() as good:
         def shared() -> SharedHealth:
             store = DynamoDBStore(STATE, LEDGER, clock=clock, client=client)
-            return SharedHealth(store, settings, clock, refresh_secs=1.0)
+            # As the Gateway builds it: breaker writes on a thread of their own, the
+            # probe lease awaited before the probe is sent.
+            return SharedHealth(store, settings, clock, refresh_secs=1.0, queued=True)
 
         text = cfg(bad.url, good.url)
-        with running_gateway(text, clock=clock, health=shared()) as one, \
-                running_gateway(text, clock=clock, health=shared()) as two:
+        first, second = shared(), shared()
+        with running_gateway(text, clock=clock, health=first) as one, \
+                running_gateway(text, clock=clock, health=second) as two:
             bad.script(status(500))
             assert chat(one.url).headers["x-humpyard-target"] == "second"  # trips bad
+            assert first.flush(10)  # the trip is in the table (written off the loop)
             clock.advance(COOLDOWN)
             hold_probe(bad, good, others=5)
             instances: list[Running] = [one, two]

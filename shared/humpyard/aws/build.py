@@ -214,7 +214,7 @@ class Instance:
         """
         refused = boundary(event, self.surfaces)
         if refused is not None:
-            record_refusal(self.gateway, refused[1])
+            record_refusal(self.gateway.services, refused[1])
             self.flush_now()
             return refused[0]
         if self._http is None:
@@ -244,6 +244,10 @@ class Instance:
         if not gw.writer.flush(self.env.flush_timeout_secs):
             log.error("ledger writes still pending after %.1f s; pending=%d",
                       self.env.flush_timeout_secs, gw.writer.pending)
+        flush_health = getattr(gw.health, "flush", None)
+        if flush_health is not None and not flush_health(self.env.flush_timeout_secs):
+            log.error("breaker writes still pending after %.1f s",
+                      self.env.flush_timeout_secs)  # written when the instance thaws
         flush_due = getattr(gw.latency_book, "flush_due", None)
         if flush_due is not None:
             flush_due()  # never raises: failed samples stay pending

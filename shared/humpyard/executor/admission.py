@@ -4,17 +4,22 @@
 time: the order of a target's endpoints (warm first), whether to call a
 cooling or probing endpoint now (exactly one probe per cooldown end), and
 what a skipped endpoint is recorded as. It reads the health book and the
-clock; it sends nothing.
+clock; it sends nothing. The probe lease is the one health question that may
+write to a store (``health/shared.py``): ``admit`` answers ``LEASE`` for it,
+and the executor awaits ``lease``, which takes it off the event loop.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Final, Literal, NamedTuple
 
 from humpyard.clock import Clock
 from humpyard.config.spec import EndpointSpec
 from humpyard.planning.types import Plan, PlannedTarget
 from humpyard.records import Attempt
+
+LEASE: Final = "lease"
+"""``admit``'s answer for an endpoint whose probe may be taken: await ``lease``."""
 
 
 class Place(NamedTuple):
@@ -61,8 +66,10 @@ class Admission:
             return warm
         return [ep for _, ep in sorted(cold, key=lambda c: c[0])]
 
-    def admit(self, ep: EndpointSpec, target: PlannedTarget, place: Place) -> bool | None:
-        """Whether to call ``ep`` now: None to skip it, True when this call is the probe.
+    def admit(self, ep: EndpointSpec, target: PlannedTarget,
+              place: Place) -> bool | None | Literal["lease"]:
+        """Whether to call ``ep`` now: None to skip it, True when this call is the probe,
+        ``LEASE`` when that depends on the probe lease (then ``await lease(...)``).
 
         The rule (docs/health.md "Probes"): when a cooldown ends, exactly one
         request, the one that wins the probe lease, is sent as the probe. A
@@ -79,10 +86,21 @@ class Admission:
         if state == "healthy":
             return False
         if state == "probing":
-            if self.health.try_acquire_probe(ep.key, now):
-                return True
-        elif target.cold or not self.health.settings.skip_cold_targets:
+            return LEASE
+        if target.cold or not self.health.settings.skip_cold_targets:
             return False
+        return None if self.usable_left(place) else False
+
+    async def lease(self, ep: EndpointSpec, target: PlannedTarget, place: Place) -> bool | None:
+        """``admit`` for a probing endpoint: True when this request won the probe lease
+        (taken before the probe is sent; off the event loop when the store is shared),
+        else None to skip the endpoint, or False when nothing else is left to call."""
+        now = self.clock.now()
+        acquire = getattr(self.health, "acquire_probe", None)
+        won = (await acquire(ep.key, now) if acquire is not None
+               else self.health.try_acquire_probe(ep.key, now))
+        if won:
+            return True
         return None if self.usable_left(place) else False
 
     def skip_reason(self, ep: EndpointSpec) -> str:

@@ -35,7 +35,7 @@ from typing import Any
 from humpyard.clock import Clock
 from humpyard.config.spec import Config, EndpointSpec, ProviderSpec
 from humpyard.errors import UpstreamError
-from humpyard.executor.admission import Admission, Place, planned_attempt
+from humpyard.executor.admission import LEASE, Admission, Place, planned_attempt
 from humpyard.executor.upstreams import UpstreamProtocol, upstream_protocols
 from humpyard.health.breaker import clamp_retry_after
 from humpyard.health.pacing import Pacing
@@ -122,8 +122,10 @@ class Executor:
                                                      provider.health_path):
                     attempts.append(planned_attempt(target, ep, skipped="skipped_unavailable"))
                     continue
-                admitted = self.admission.admit(ep, target, Place(
-                    plan, ti, order, i, last.failure_class if last else None))
+                place = Place(plan, ti, order, i, last.failure_class if last else None)
+                answer = self.admission.admit(ep, target, place)
+                admitted = (await self.admission.lease(ep, target, place)
+                            if answer == LEASE else answer)
                 if admitted is None:
                     attempts.append(planned_attempt(target, ep,
                                                    skipped=self.admission.skip_reason(ep)))

@@ -132,6 +132,10 @@ class HealthBook:
             self._store(key, old, new)
         return won
 
+    async def acquire_probe(self, key: str, now: float) -> bool:
+        """``try_acquire_probe`` for the event loop (in memory: no wait)."""
+        return self.try_acquire_probe(key, now)
+
     def release_probe(self, key: str, now: float) -> BreakerState:
         """Give a won probe back without a verdict."""
         with self._lock:

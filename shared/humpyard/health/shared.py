@@ -29,6 +29,20 @@ decides the probe: of several instances asking at once, exactly one write
 succeeds and the others, re-applying ``try_acquire_probe`` to the winner's
 state, see the lease and are refused.
 
+Off the event loop (``queued``, what the Gateway builds): the executor
+reports transitions from the event loop, and a store write there (a
+DynamoDB call, tens of milliseconds; a SQLite file another process holds
+locked) would stall every request of the process. So a transition is
+applied to this instance's snapshot at once (this instance sees it before
+the write) and its compare-and-set runs on one thread of its own, in the
+order the transitions happened; a conflict is re-applied there as above.
+The probe lease cannot be optimistic: ``acquire_probe`` is awaited, the
+lease taken by the same thread after the transitions before it, so the
+probe is sent only once the store says it won. ``flush`` waits for the
+queued writes (Lambda, before an answer's last byte: ``aws/build.py``);
+``close`` writes them and stops the thread. Without ``queued`` every
+call writes in the caller's thread and returns what was stored.
+
 Consistency: another instance's transition is seen here within one refresh.
 If the store fails (``StoreError``) the transition is applied to this
 instance's snapshot alone and a warning is logged: the gateway keeps
@@ -37,9 +51,11 @@ serving, with health local to the instance until the store answers again.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from humpyard.clock import Clock
 from humpyard.errors import StoreError
@@ -76,7 +92,7 @@ class SharedHealth:
 
     def __init__(self, store: LiveStateStore, settings: HealthSettings, clock: Clock,
                  refresh_secs: float, *, max_attempts: int = 5,
-                 state: SharedState | None = None) -> None:
+                 state: SharedState | None = None, queued: bool = False) -> None:
         self.settings = settings
         self._store = store
         self._clock = clock
@@ -90,6 +106,9 @@ class SharedHealth:
         self._generation = -1
         if self._state is not None:
             self._state.refresh_secs = self._refresh_secs
+        # The store writes, in order, off the caller's thread (see the module docstring).
+        self._writes = ThreadPoolExecutor(1, thread_name_prefix="humpyard-breakers") \
+            if queued else None
 
     # -- reads ---------------------------------------------------------------------
 
@@ -169,28 +188,86 @@ class SharedHealth:
                     return True, s  # another instance tripped it first
                 return True, record_failure(s, settings, now)
 
-            old, new, _ = self._apply(key, fail)
+            old, new = self._transition(key, fail)
         else:
-            old, new, _ = self._apply(
+            old, new = self._transition(
                 key, lambda s: (True, record_failure(s, settings, now, retry_after)))
         log_transition(key, old, new, now)
         return new
 
     def record_success(self, key: str, now: float) -> BreakerState:
         """Record an answered call; closes the breaker (no write when already closed)."""
-        old, new, _ = self._apply(key, lambda s: (True, record_success(s, self.settings, now)))
+        old, new = self._transition(key, lambda s: (True, record_success(s, self.settings, now)))
         log_transition(key, old, new, now)
         return new
 
     def try_acquire_probe(self, key: str, now: float) -> bool:
         """True for a closed endpoint, and for exactly one caller (of all instances) of a
-        half-open one."""
-        _, _, won = self._apply(key, lambda s: try_acquire_probe(s, self.settings, now))
-        return won
+        half-open one. Blocking: on the event loop, ``await acquire_probe``."""
+        if self._writes is not None:
+            return self._writes.submit(self._lease, key, now).result()
+        return self._lease(key, now)
+
+    async def acquire_probe(self, key: str, now: float) -> bool:
+        """``try_acquire_probe`` without holding the event loop: the lease is written on
+        the writes' thread (after the transitions queued before it) and awaited."""
+        if self._writes is None:
+            return self._lease(key, now)
+        return await asyncio.wrap_future(self._writes.submit(self._lease, key, now))
 
     def release_probe(self, key: str, now: float) -> BreakerState:
         """Give a won probe back without a verdict."""
-        return self._apply(key, lambda s: (True, release_probe(s, self.settings, now)))[1]
+        return self._transition(key, lambda s: (True, release_probe(s, self.settings, now)))[1]
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until the transitions queued so far are written (or given up); False if
+        ``timeout`` seconds passed first. Never raises."""
+        if self._writes is None:
+            return True
+        try:
+            done: Future[None] = self._writes.submit(_nothing)
+        except RuntimeError:  # closed: everything queued was written then
+            return True
+        try:
+            done.result(timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def close(self) -> None:
+        """Write what is queued and stop the writes' thread."""
+        if self._writes is not None:
+            self._writes.shutdown(wait=True)
+
+    def _lease(self, key: str, now: float) -> bool:
+        return self._apply(key, lambda s: try_acquire_probe(s, self.settings, now))[2]
+
+    def _transition(self, key: str, step: Transition) -> tuple[BreakerState, BreakerState]:
+        """``step`` applied: at once and written here, or (``queued``) at once to this
+        instance's snapshot and written on the writes' thread."""
+        if self._writes is None:
+            old, new, _ = self._apply(key, step)
+            return old, new
+        old, expected = self._start(key)
+        verdict, new = step(old)
+        if new is not old:
+            # Stored once the queued write lands, which the next transition's write
+            # follows: it expects this version (a wrong guess is one refused write).
+            self._remember(key, new, stored=True)
+            try:
+                self._writes.submit(self._write, key, step, old, expected, verdict, new)
+            except RuntimeError:  # closed: the process is stopping
+                logger.warning("breaker write after close; kept in this instance only "
+                               "endpoint=%s", key, extra={"endpoint": key})
+        return old, new
+
+    def _start(self, key: str) -> tuple[BreakerState, int | None]:
+        """The state a transition applies to, and the version the store should hold."""
+        states = (self._snapshot() if self._state is None
+                  else self._shared_snapshot(self._state, refresh=False))
+        with self._lock:
+            old = states.get(key, FRESH)
+            return old, (old.version if key in self._stored else None)
 
     def _apply(self, key: str, step: Transition) -> tuple[BreakerState, BreakerState, bool]:
         """Apply ``step`` with compare-and-set; ``(state it applied to, result, verdict)``.
@@ -198,13 +275,17 @@ class SharedHealth:
         With a ``SharedState`` the transition starts from the last view without
         reading: compare-and-set hands back the stored state if it moved.
         """
-        states = (self._snapshot() if self._state is None
-                  else self._shared_snapshot(self._state, refresh=False))
-        with self._lock:
-            old = states.get(key, FRESH)
-            expected = old.version if key in self._stored else None
-        for _ in range(self._max_attempts):
-            verdict, new = step(old)
+        old, expected = self._start(key)
+        verdict, new = step(old)
+        return self._write(key, step, old, expected, verdict, new)
+
+    def _write(self, key: str, step: Transition, old: BreakerState, expected: int | None,
+               verdict: bool, new: BreakerState) -> tuple[BreakerState, BreakerState, bool]:
+        """Write ``new`` (``step`` applied to ``old``) if the store holds ``expected``;
+        on a conflict apply ``step`` to what it holds and try again."""
+        for attempt in range(self._max_attempts):
+            if attempt:
+                verdict, new = step(old)
             if new is old:
                 return old, old, verdict
             try:
@@ -233,6 +314,10 @@ class SharedHealth:
                 self._stored.add(key)
             else:
                 self._stored.discard(key)
+
+
+def _nothing() -> None:
+    """A marker in the writes' queue: done when everything before it is."""
 
 
 def _cooling(state: BreakerState, now: float) -> bool:

@@ -97,7 +97,7 @@ async def not_found(request: Request, exc: Exception) -> Response:
     asked = raw.decode("latin-1") if raw else request.url.path  # as the client wrote it
     path = "".join(c if " " <= c <= "~" else "?" for c in asked[:200])
     err = HumpyardError(f"no such path: {request.method} {path}", status=404, code="not_found")
-    record_refusal(request.app.state.gateway, err)
+    record_refusal(request.app.state.gateway.services, err)
     return error_response(err)
 
 

@@ -33,7 +33,6 @@ from humpyard.config.spec import Config
 from humpyard.errors import HumpyardError
 from humpyard.executor.direct import Relay
 from humpyard.flow import serve
-from humpyard.gateway import Gateway
 from humpyard.http.body import header_dict, receive_json
 from humpyard.http.errors import error_reply, internal_reply
 from humpyard.http.reply import (
@@ -51,6 +50,7 @@ from humpyard.protocols.openai import validate_chat
 from humpyard.protocols.sse import SSEEvent
 from humpyard.recording import INTERNAL, Recording, recording
 from humpyard.records import Call, Served, issued_at, new_request_id
+from humpyard.services import RequestServices
 
 log = logging.getLogger("humpyard.http")
 
@@ -110,9 +110,10 @@ def route_headers(call: Call, served: Served | None) -> Headers:
     return h
 
 
-async def take(gw: Gateway, protocol: ClientProtocol, scope: Scope, receive: Receive,
+async def take(gw: RequestServices, protocol: ClientProtocol, scope: Scope, receive: Receive,
                send: Send) -> None:
-    """Serve one client request end to end; see the module docstring."""
+    """Serve one client request end to end; see the module docstring. ``gw`` is the
+    gateway's request side (``services.RequestServices``), never the Gateway."""
     state = scope.get("state")
     now = gw.clock.now()
     rid = (state.get("humpyard_request_id") if state else None) or new_request_id(now)
@@ -232,7 +233,7 @@ class _Direct:
         return wire.writes if wire is not None else 0
 
 
-def _direct_relay(gw: Gateway, protocol: ClientProtocol, call: Call, served: Served,
+def _direct_relay(gw: RequestServices, protocol: ClientProtocol, call: Call, served: Served,
                   rec: Recording, send: Send) -> _Direct | None:
     """A direct relay (docs/decisions/0021-direct-relay.md) when the client's
     protocol passes the upstream's events on unchanged (a chat client, or an
@@ -271,10 +272,11 @@ async def _fail_started_stream(rec: Recording, protocol: ClientProtocol, call: C
 
 
 class ClientPath:
-    """A client path as a plain ASGI app serving ``protocol``; the gateway is the app's."""
+    """A client path as a plain ASGI app serving ``protocol``; the gateway is the app's,
+    and a request is given its request side (``RequestServices``) as it arrives."""
 
     def __init__(self, protocol: ClientProtocol):
         self.protocol = protocol
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await take(scope["app"].state.gateway, self.protocol, scope, receive, send)
+        await take(scope["app"].state.gateway.services, self.protocol, scope, receive, send)

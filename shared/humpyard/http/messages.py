@@ -116,7 +116,7 @@ async def count_tokens(request: Request) -> Response:
     the request when it can count (an Anthropic upstream), else the gateway's own
     conservative estimate; ``x-humpyard-token-count`` says which (``upstream``,
     ``estimate``). docs/clients.md, "Anthropic upstreams"."""
-    gw = gateway(request)
+    gw = gateway(request).services  # the request side only (services.py)
     try:
         headers = lower_headers(request)
         key = authenticate(gw.config.keys, headers)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from typing import Any
@@ -204,3 +205,33 @@ def test_a_failing_store_keeps_health_in_the_instance(client: Any, clock: FakeCl
         assert health.view(EP, clock.now()).state == "cooling_down"
     assert any("keeping it in this instance only" in r.getMessage() for r in caplog.records)
     assert any("shared state could not be read" in r.getMessage() for r in caplog.records)
+
+
+def test_queued_transitions_are_seen_at_once_and_written_in_order(client: Any,
+                                                                  clock: FakeClock) -> None:
+    """``queued`` (what the Gateway builds): a transition is this instance's at once and
+    written on the writes' thread, in order; the probe lease is awaited, and decided
+    by the store."""
+    counter = count_calls(client)
+    a = SharedHealth(DynamoDBStore(STATE, LEDGER, clock=clock, client=counter), S, clock,
+                     1.0, queued=True)
+    b, _ = instance(client, clock)
+    try:
+        a.snapshot(clock.now())
+        b.snapshot(clock.now())
+        trip(a, clock.now())
+        assert a.view(EP, clock.now()).state == "cooling_down"  # before any write landed
+        assert a.flush(10)
+        assert counter.calls["UpdateItem"] == S.failure_threshold  # one write per failure
+        clock.advance(1.0)
+        seen = b.view(EP, clock.now())
+        assert (seen.state, seen.consecutive_failures) == ("cooling_down", 3)
+        clock.advance(S.cooldown_secs)
+        assert asyncio.run(a.acquire_probe(EP, clock.now())) is True
+        assert b.try_acquire_probe(EP, clock.now()) is False  # the lease is in the table
+        a.record_success(EP, clock.now())
+        assert a.view(EP, clock.now()).state == "healthy"
+    finally:
+        a.close()  # writes what is queued
+    clock.advance(1.0)
+    assert b.view(EP, clock.now()).state == "healthy"
