@@ -58,7 +58,6 @@ from humpyard.upstream.bedrock import (
 )
 from humpyard.upstream.classify import Classification
 from humpyard.upstream.client import UpstreamResponse
-from humpyard.upstream.errors import BodyTooLarge
 
 NATIVE_CLIENTS = ("anthropic", "bedrock")
 """Client protocols whose own body InvokeModel takes (Anthropic Messages, and
@@ -160,12 +159,7 @@ class _Frames(Events):
         self.converse = converse
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
-        if self.held_max is not None:
-            self.held += len(chunk)
-            if self.held > self.held_max:
-                raise BodyTooLarge(f"the upstream's stream sent {self.held} bytes without "
-                                   f"content, over max_response_bytes={self.held_max} "
-                                   f"{self.address}", self.address)
+        self.count_held(chunk)
         out: list[SSEEvent] = []
         for frame in self.frames.feed(chunk):
             if frame.kind != "event":

@@ -31,13 +31,17 @@ class Events:
         self.held_max: int | None = limits.max_response_bytes
         self.held = 0
 
-    def feed(self, chunk: bytes) -> list[SSEEvent]:
+    def count_held(self, chunk: bytes) -> None:
+        """Count ``chunk`` against the held-back bound, while there is one."""
         if self.held_max is not None:
             self.held += len(chunk)
             if self.held > self.held_max:
                 raise BodyTooLarge(f"the upstream's stream sent {self.held} bytes without "
                                    f"content, over max_response_bytes={self.held_max} "
                                    f"{self.address}", self.address)
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        self.count_held(chunk)
         try:
             return self.decoder.feed(chunk)
         except SSETooLarge as e:
