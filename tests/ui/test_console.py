@@ -244,6 +244,12 @@ def test_quota_bars_and_stats_charts(page, ups):
     a, b, c = ups
     text = console_config(a.url, b.url, c.url, alpha_extra='quota_source = "opencode-go"')
     with console_gateway(text) as gw:
+        # The poller's first poll (no key: a failed read) is written at start; the
+        # snapshot below must come after it, not be overwritten by it.
+        deadline = time.monotonic() + 5
+        while "alpha" not in gw.gw.store.get_quota_snapshots():
+            assert time.monotonic() < deadline, "the quota poller never polled"
+            time.sleep(0.01)
         now = time.time()
         gw.gw.store.put_quota_snapshot("alpha", {
             "provider": "alpha", "source": "opencode-go", "base_url": a.url,
