@@ -271,13 +271,13 @@ class Allowance:
             key_id = hold.key_id
             if hold.usd and hold.period is not None and self.leases is not None:
                 self.leases.unreserve(key_id, hold.period, hold.usd)
+            if hold.usd:
+                left_usd = self._reserved.get(key_id, 0.0) - hold.usd
+                if left_usd > 1e-12:
+                    self._reserved[key_id] = left_usd
+                else:
+                    self._reserved.pop(key_id, None)
             if hold.shared:
-                if hold.usd:
-                    left_usd = self._reserved.get(key_id, 0.0) - hold.usd
-                    if left_usd > 1e-12:
-                        self._reserved[key_id] = left_usd
-                    else:
-                        self._reserved.pop(key_id, None)
                 delta = 0 if tokens is None else tokens - hold.tokens
                 if self.leases is not None and (hold.parallel or delta):
                     self.leases.release_limits(key_id, window=hold.window, tokens=delta,
@@ -289,12 +289,6 @@ class Allowance:
                     self._in_flight[key_id] = left
                 else:
                     self._in_flight.pop(key_id, None)
-            if hold.usd:
-                left_usd = self._reserved.get(key_id, 0.0) - hold.usd
-                if left_usd > 1e-12:
-                    self._reserved[key_id] = left_usd
-                else:
-                    self._reserved.pop(key_id, None)
             m = self._minutes.get(key_id)
             if tokens is not None and m is not None and m.start == hold.window \
                     and (hold.tokens or tokens):
