@@ -9,7 +9,8 @@ A variant is one of ``variant_server.py``'s experiments, or ``rev:<git revision>
 ``git archive``; ``rev:worktree`` is the working tree, uncommitted changes included;
 ``rev:/some/dir`` serves ``/some/dir/shared``, e.g. a copy taken before an edit;
 a ``@NAME=value`` tail, e.g. ``rev:HEAD@PYTHONMALLOC=malloc``, adds an environment
-variable to that variant's server).
+variable to that variant's server, and a ``@--flag=value`` tail an argument to its
+``serve``, e.g. ``rev:HEAD@--workers=2``).
 
 Starts a simulator and one ``variant_server.py`` per variant (all pinned to
 the gateway CPU, idle but one at a time), then for each round drives every
@@ -55,7 +56,9 @@ def server_cmd(variant: str, cfg: Path, port: int, site: str,
         return [sys.executable, str(tg.BENCH / "variant_server.py"), "--config", str(cfg),
                 "--port", str(port), "--variant", variant, "--site", site], {}
     rev, *settings = variant[4:].split("@")  # rev:HEAD@NAME=value: one more env var
-    extra = dict(kv.split("=", 1) for kv in settings)
+    # (and rev:HEAD@--workers=2: one more argument to ``serve``)
+    args = [kv for kv in settings if kv.startswith("--")]
+    extra = dict(kv.split("=", 1) for kv in settings if not kv.startswith("--"))
     shared = tg.ROOT / "shared"
     if rev.startswith("/"):  # a copy of a tree, e.g. before an uncommitted change
         shared = Path(rev) / "shared"
@@ -68,7 +71,7 @@ def server_cmd(variant: str, cfg: Path, port: int, site: str,
         shared = out / "shared"
     code = "import sys; from humpyard.cli import main; sys.exit(main())"
     return ([sys.executable, "-c", code, "serve", "--config",
-             str(cfg), "--host", "127.0.0.1", "--port", str(port)],
+             str(cfg), "--host", "127.0.0.1", "--port", str(port), *args],
             {"PYTHONPATH": str(shared), **extra})
 
 

@@ -120,7 +120,8 @@ async def _stream(reader: asyncio.StreamReader) -> bool:
 
 
 async def _load(port: int, streams: int, warm: float, seconds: float,
-                model: str) -> dict[str, Any]:
+                model: str) -> tuple[list[float], int]:
+    """The stream times that ended in the window, and the errors."""
     raw = _request(port, model)
     start = time.monotonic()
     lo, hi = start + warm, start + warm + seconds
@@ -150,7 +151,12 @@ async def _load(port: int, streams: int, warm: float, seconds: float,
         finally:
             writer.close()
     await asyncio.gather(*(worker(i) for i in range(streams)))
-    durations.sort()
+    return durations, errors
+
+
+def _summary(durations: list[float], errors: int, streams: int,
+             seconds: float) -> dict[str, Any]:
+    durations = sorted(durations)
 
     def pct(q: float) -> float | None:
         return round(durations[min(len(durations) - 1, int(q * len(durations)))] * 1000) \
@@ -165,8 +171,20 @@ async def _load(port: int, streams: int, warm: float, seconds: float,
 def load(port: int, streams: int, *, warm: float = 3.0, seconds: float = 8.0,
          model: str = "bench") -> dict[str, Any]:
     """Drive ``streams`` concurrent streams at ``port``; see the module docstring."""
+    return load_split([port], streams, warm=warm, seconds=seconds, model=model)
+
+
+def load_split(ports: list[int], streams: int, *, warm: float = 3.0, seconds: float = 8.0,
+               model: str = "bench") -> dict[str, Any]:
+    """``load``, the ``streams`` shared evenly between ``ports`` at once, as one result."""
     _use_uvloop()
-    return asyncio.run(_load(port, streams, warm, seconds, model))
+
+    async def run() -> list[tuple[list[float], int]]:
+        return await asyncio.gather(*(_load(p, streams // len(ports), warm, seconds, model)
+                                      for p in ports))
+    parts = asyncio.run(run())
+    return _summary([d for ds, _ in parts for d in ds], sum(e for _, e in parts), streams,
+                    seconds)
 
 
 def _sched(pid: int | str) -> tuple[float, float]:
@@ -178,16 +196,21 @@ def _sched(pid: int | str) -> tuple[float, float]:
     return int(run) / 1e9, int(wait) / 1e9
 
 
-GATEWAYS = (("humpyard", 1, False), ("humpyard_ledger", 1, True), ("humpyard_w2", 2, True))
-"""The rows through the gateway: one process without and with the SQLite ledger, and
-``--workers 2`` (which needs the ledger: the file is what the workers share), every
-process pinned to the gateway's core. ``humpyard_w2`` against ``humpyard_ledger`` says
-what sharing costs per stream, not how far two cores go."""
+GATEWAYS = (("humpyard", 1, False, 1), ("humpyard_ledger", 1, True, 1),
+            ("humpyard_w2", 2, True, 1), ("humpyard_x2", 1, True, 2))
+"""The rows through the gateway, as (name, workers, ledger, processes): one process
+without and with the SQLite ledger; ``--workers 2`` (which needs the ledger: the file
+is what the workers share); and, for reference, two separate single-worker ``serve``
+processes with a ledger each, the load split between them. Every process is pinned to
+the gateway's core. ``humpyard_w2`` against ``humpyard_ledger`` says what two workers
+cost per stream on one core, not how far two cores go; against ``humpyard_x2`` it says
+what of that is the sharing (two processes taking turns on one core cost more per
+stream than one, whatever they share: docs/decisions/0003-performance.md)."""
 
 
 def measure(counts: list[int], seconds: float, tmp: Path,
-            gateways: tuple[tuple[str, int, bool], ...] = GATEWAYS) -> dict[str, Any]:
-    """Direct and through ``humpyard serve`` (no ledger; and ``--workers 2``) for each count."""
+            gateways: tuple[tuple[str, int, bool, int], ...] = GATEWAYS) -> dict[str, Any]:
+    """Direct and through ``humpyard serve`` (the ``GATEWAYS`` rows) for each count."""
     import targets as tg
     from procs import GATEWAY_CPU, LOAD_CPU, free_port, pin, start, stop, wait_http
 
@@ -198,31 +221,40 @@ def measure(counts: list[int], seconds: float, tmp: Path,
                tmp / "paced.log")
     try:
         wait_http(up_port, "/health", up, 30)
-        for who, workers, ledger in gateways:
-            gw_port = free_port()
-            t = tg.humpyard(tmp, up_port, gw_port, ledger=ledger, workers=workers)
-            assert t.cmd is not None
-            gw = start(f"{who}-paced", pin(t.cmd, GATEWAY_CPU), tmp / f"{who}-paced.log")
+        for who, workers, ledger, copies in gateways:
+            procs, ports = [], []
             try:
-                wait_http(gw_port, t.ready_path, gw, 30)
+                for i in range(copies):
+                    gw_port = free_port()
+                    home = tmp / f"{who}-{i}" if copies > 1 else tmp
+                    home.mkdir(exist_ok=True)
+                    t = tg.humpyard(home, up_port, gw_port, ledger=ledger, workers=workers)
+                    assert t.cmd is not None
+                    procs.append(start(f"{who}-{i}-paced", pin(t.cmd, GATEWAY_CPU),
+                                       tmp / f"{who}-{i}-paced.log"))
+                    ports.append(gw_port)
+                    wait_http(gw_port, t.ready_path, procs[-1], 30)
                 for n in counts:
                     row = out.setdefault(f"c{n}", {})
                     if "direct" not in row:
                         row["direct"] = load(up_port, n, seconds=seconds)
-                    _through(row, who, workers, gw.pid, gw_port, n, seconds)
+                    _through(row, who, workers, [g.pid for g in procs], ports, n, seconds)
             finally:
-                stop(gw)
+                for g in procs:
+                    stop(g)
     finally:
         stop(up)
     return out
 
 
 def measure_variants(variants: list[str], streams: int, seconds: float, rounds: int,
-                     tmp: Path) -> dict[str, Any]:
+                     tmp: Path, *, ledger: bool = False) -> dict[str, Any]:
     """``gateway_cpu_us_per_stream`` of several gateways in one run, A/B style: every
     variant (``ab.py``'s, e.g. ``rev:047106d`` or ``rev:worktree``) is started pinned
     to the gateway CPU, idle but one at a time, and in each round driven in turn with
-    ``streams`` paced streams for ``seconds``. The best and median per variant."""
+    ``streams`` paced streams for ``seconds``. The best and median per variant.
+    ``ledger``: each variant writes its own SQLite ledger (``--workers`` needs one,
+    e.g. ``rev:HEAD,rev:HEAD@--workers=2``)."""
     import targets as tg
     from ab import server_cmd
     from procs import GATEWAY_CPU, LOAD_CPU, cpu_seconds, free_port, pin, start, stop, wait_http
@@ -230,16 +262,17 @@ def measure_variants(variants: list[str], streams: int, seconds: float, rounds: 
     up_port = free_port()
     up = start("paced", pin([sys.executable, __file__, "--serve", str(up_port)], LOAD_CPU),
                tmp / "paced.log")
-    cfg = tmp / "gw.toml"
-    cfg.write_text(tg.humpyard_config(up_port, None))
     servers: dict[str, tuple[int, Any]] = {}
     samples: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
     try:
         wait_http(up_port, "/health", up, 30)
         for v in variants:
             port = free_port()
+            name = "".join(c if c.isalnum() else "-" for c in v)
+            cfg = tmp / f"{name}.toml"
+            cfg.write_text(tg.humpyard_config(up_port, tmp / f"{name}.db" if ledger else None))
             cmd, env = server_cmd(v, cfg, port, "", tmp)
-            log = tmp / ("".join(c if c.isalnum() else "-" for c in v) + ".log")
+            log = tmp / f"{name}.log"
             servers[v] = (port, start(v, pin(cmd, GATEWAY_CPU), log, env=env))
             wait_http(port, "/v1/models", servers[v][1], 60)
         for _ in range(rounds):
@@ -270,21 +303,29 @@ def measure_variants(variants: list[str], streams: int, seconds: float, rounds: 
     return out
 
 
-def _through(row: dict[str, Any], who: str, workers: int, pid: int, port: int, n: int,
-             seconds: float) -> None:
-    """One measured run through the gateway at ``port`` into ``row[who]``."""
+def _through(row: dict[str, Any], who: str, workers: int, pids: list[int], ports: list[int],
+             n: int, seconds: float) -> None:
+    """One measured run through the gateways at ``ports`` (the load split between them)
+    into ``row[who]``."""
     from procs import cpu_seconds
+
+    def cpu_now() -> float:
+        return sum(cpu_seconds(p) for p in pids)  # each parent and every worker
+
+    def waited() -> float:
+        return sum(_sched(p)[1] for p in pids)
     direct = row["direct"]
-    cpu0, t0 = cpu_seconds(pid), time.monotonic()
-    (_, gw_wait0), (_, me_wait0) = _sched(pid), _sched("self")
-    via = load(port, n, seconds=seconds)
-    cpu = cpu_seconds(pid) - cpu0  # the parent and every worker
+    cpu0, t0 = cpu_now(), time.monotonic()
+    gw_wait0, (_, me_wait0) = waited(), _sched("self")
+    via = load_split(ports, n, seconds=seconds)
+    cpu = cpu_now() - cpu0
     wall = time.monotonic() - t0
     via["workers"] = workers
+    via["processes"] = len(pids)
     via["gateway_cpu_share"] = round(cpu / wall, 2)
     # time ready to run but waiting for a CPU (other processes had it; with several
     # workers, the parent's, which serves nothing)
-    via["gateway_runqueue_wait_share"] = round((_sched(pid)[1] - gw_wait0) / wall, 2)
+    via["gateway_runqueue_wait_share"] = round((waited() - gw_wait0) / wall, 2)
     via["load_client_runqueue_wait_share"] = round((_sched("self")[1] - me_wait0) / wall, 2)
     if via["completed"]:
         via["gateway_cpu_us_per_stream"] = round(cpu / via["completed"] * 1e6)
@@ -308,7 +349,9 @@ def main() -> int:
     p.add_argument("--variants", help="compare gateways in one run (ab.py's variants, "
                    "e.g. rev:047106d,rev:worktree); --streams is then one count")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--rows", default="humpyard,humpyard_ledger,humpyard_w2",
+    p.add_argument("--ledger", action="store_true",
+                   help="with --variants: each variant writes a SQLite ledger")
+    p.add_argument("--rows", default="humpyard,humpyard_ledger,humpyard_w2,humpyard_x2",
                    help="the gateway rows to run (names from GATEWAYS)")
     a = p.parse_args()
     if a.serve:
@@ -317,7 +360,7 @@ def main() -> int:
     if a.variants:
         with tempfile.TemporaryDirectory(prefix="humpyard-paced-") as tmp:
             res = measure_variants(a.variants.split(","), int(a.streams.split(",")[0]),
-                                   a.seconds, a.rounds, Path(tmp))
+                                   a.seconds, a.rounds, Path(tmp), ledger=a.ledger)
         print(json.dumps(res, indent=2))
         return 0
     with tempfile.TemporaryDirectory(prefix="humpyard-paced-") as tmp:

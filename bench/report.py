@@ -258,12 +258,13 @@ def _paced_md(results: dict[str, Any]) -> list[str]:
     for key, row in paced.items():
         if not key.startswith("c") or not isinstance(row, dict):
             continue
-        for who in ("direct", "humpyard", "humpyard_ledger", "humpyard_w2"):
+        for who in ("direct", "humpyard", "humpyard_ledger", "humpyard_w2", "humpyard_x2"):
             d = row.get(who)
             if d is None:
                 continue
             added = row.get("added_pct_mean" if who == "humpyard" else f"added_pct_mean_{who}")
             label = {"humpyard_w2": "humpyard --workers 2 (SQLite file)",
+                     "humpyard_x2": "two separate humpyard (a ledger each; reference)",
                      "humpyard_ledger": "humpyard (SQLite ledger)"}.get(who, who)
             lines.append(f"| {d['streams']} | {label} | {_f(d['streams_per_s'], 1)} | "
                          f"{_f(d['p50_ms'])} | {_f(d['p99_ms'])} | {_f(d['mean_ms'])} | "
