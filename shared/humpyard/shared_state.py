@@ -52,6 +52,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import queue
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -84,15 +85,57 @@ class SharedView:
     latency_ticket: int = -1  # latency is read less often than the rest
 
 
-def _in_thread(fn: Callable[[], None]) -> None:
-    threading.Thread(target=fn, name="humpyard-state-refresh", daemon=True).start()
+class RefreshThread:
+    """A ``SharedState``'s background refreshes, run in order on one daemon thread that
+    starts with the first and ends after ``idle_secs`` without one (a refresh every
+    half ``state_refresh_ms`` keeps it). Starting a thread per refresh cost its
+    creation, and ``Thread.start`` waits until the new thread runs: on a busy core the
+    event loop waited for the scheduler. Handing a refresh over is a queue put.
+    Daemon: a read stalled on the network never holds the process at exit."""
+
+    def __init__(self, idle_secs: float = 30.0) -> None:
+        self.idle_secs = idle_secs
+        self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._running = False
+        self.started = 0  # threads started, for tests
+
+    @property
+    def running(self) -> bool:
+        """Whether the thread is up (or about to be)."""
+        return self._running
+
+    def __call__(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            self._queue.put(fn)
+            if self._running:
+                return
+            self._running = True
+            self.started += 1
+        threading.Thread(target=self._run, name="humpyard-state-refresh", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                fn = self._queue.get(timeout=self.idle_secs)
+            except queue.Empty:
+                with self._lock:  # a put after this sees _running False and starts anew
+                    if self._queue.empty():
+                        self._running = False
+                        return
+                continue
+            try:
+                fn()
+            except Exception:  # a refresh logs its own failures; this thread goes on
+                logger.exception("shared state refresh failed")
 
 
 class SharedState:
     """The refresh policy of the module docstring, over a ``SharedStateReader``.
 
-    ``background`` runs a refresh off the caller's thread (default: a new
-    daemon thread; tests may pass one that runs it at once). Thread-safe.
+    ``background`` runs a refresh off the caller's thread (default: a
+    ``RefreshThread`` of its own; tests may pass one that runs it at once).
+    Thread-safe.
     """
 
     def __init__(self, store: SharedStateReader, clock: Clock, refresh_secs: float = 1.0, *,
@@ -102,7 +145,7 @@ class SharedState:
         self.stale_ok = stale_ok
         self._store = store
         self._clock = clock
-        self._background = background or _in_thread
+        self._background = background or RefreshThread()
         self._lock = threading.Lock()
         self._view: SharedView | None = None
         self._inflight: threading.Event | None = None

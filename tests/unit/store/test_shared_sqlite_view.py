@@ -8,6 +8,7 @@ Two ``SharedSQLiteStore`` objects on one file stand for two workers.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 
 from humpyard.clock import FakeClock
 from humpyard.planning.types import Override
-from humpyard.shared_state import SharedState, state_for
+from humpyard.shared_state import RefreshThread, SharedState, state_for
 from humpyard.store.base import LedgerBatch
 from humpyard.store.sqlite import SharedSQLiteStore
 
@@ -84,3 +85,31 @@ def test_an_old_view_is_served_while_a_thread_reads(pair):
     assert state.current().breakers == {"p/m": {"version": 1}}
     state.invalidate()  # only a missing view is waited for
     assert state.current().generation == first.generation + 2
+
+
+def test_background_refreshes_share_one_thread_that_ends_when_idle(pair):
+    """A refresh is handed to the state's own thread (a queue put, not a new thread
+    per refresh, whose start waited for the scheduler); the thread ends after
+    ``idle_secs`` without one, and the next refresh starts it again."""
+    _, b, clock = pair
+    runner = RefreshThread(idle_secs=0.2)
+    state = SharedState(b, clock, refresh_secs=1.0, background=runner, stale_ok=True)
+    state.current()  # the first read: waited for, in this thread
+    assert state.reads == 1
+    for n in range(2, 6):  # each past half its age: served, and re-read in the background
+        clock.advance(0.6)
+        state.current(ahead=True)
+        _until(lambda n=n: state.reads == n and state._inflight is None)
+    assert runner.started == 1
+    _until(lambda: not runner.running)
+    clock.advance(0.6)
+    state.current(ahead=True)
+    _until(lambda: state.reads == 6)
+    assert runner.started == 2
+
+
+def _until(done: Callable[[], bool], secs: float = 10.0) -> None:
+    deadline = time.monotonic() + secs
+    while not done():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
