@@ -309,6 +309,7 @@ class Gateway:
         if close_health is not None:  # SharedHealth: queued breaker writes written
             await asyncio.to_thread(close_health)
         self.writer.close()
+        self.state.close()
         await self.client.aclose()
         self.store.close()
 

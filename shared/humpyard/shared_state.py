@@ -85,6 +85,10 @@ class SharedView:
     latency_ticket: int = -1  # latency is read less often than the rest
 
 
+def _STOP() -> None:
+    """``RefreshThread``'s marker: the thread ends here."""
+
+
 class RefreshThread:
     """A ``SharedState``'s background refreshes, run in order on one daemon thread that
     starts with the first and ends after ``idle_secs`` without one (a refresh every
@@ -114,11 +118,19 @@ class RefreshThread:
             self.started += 1
         threading.Thread(target=self._run, name="humpyard-state-refresh", daemon=True).start()
 
+    def stop(self) -> None:
+        """End the thread once the refreshes queued so far have run (without waiting)."""
+        with self._lock:
+            if self._running:
+                self._queue.put(_STOP)
+
     def _run(self) -> None:
         while True:
             try:
                 fn = self._queue.get(timeout=self.idle_secs)
             except queue.Empty:
+                fn = _STOP
+            if fn is _STOP:
                 with self._lock:  # a put after this sees _running False and starts anew
                     if self._queue.empty():
                         self._running = False
@@ -196,6 +208,12 @@ class SharedState:
         """Spend this instance added (and is writing): counted at once."""
         with self._lock:
             self._local_spend.append((self._ticket_locked(), key_id, period, usd))
+
+    def close(self) -> None:
+        """End the background refresh thread, if this state has one (the gateway closing)."""
+        stop = getattr(self._background, "stop", None)
+        if stop is not None:
+            stop()
 
     # -- reading -------------------------------------------------------------------------
 

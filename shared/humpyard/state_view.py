@@ -175,6 +175,10 @@ class StateView:
             except RuntimeError:  # the sweeping loop has closed
                 pass
 
+    def close(self) -> None:
+        """The gateway is closing: the background refresh thread ends."""
+        self.source.close()
+
     def reload(self) -> None:
         """Re-read overrides and spend from the store now. Blocking: call off the loop
         (the override handlers do, so that the next request sees their change)."""

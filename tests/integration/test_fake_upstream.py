@@ -240,7 +240,7 @@ def test_closed_port_url_refuses_connections() -> None:
 
 
 def test_server_thread_serves_the_simulator_to_the_sdk() -> None:
-    before = threading.active_count()
+    before = set(threading.enumerate())  # another test's thread may end meanwhile
     with ServerThread(create_simulator_app("ok")) as srv:
         assert srv.url == f"http://127.0.0.1:{srv.port}"
         with openai.OpenAI(base_url=srv.url + "/v1", api_key="k", max_retries=0) as sdk:
@@ -251,7 +251,7 @@ def test_server_thread_serves_the_simulator_to_the_sdk() -> None:
     assert text == "[sim:m] you said: hi"
     assert chunks[-1].usage is not None
     assert [m.id for m in models.data] == ["sim-model"]
-    assert threading.active_count() == before
+    assert [t for t in threading.enumerate() if t not in before] == []  # none left behind
 
 
 def test_a_listener_closed_mid_accept_closes_every_accepted_connection() -> None:

@@ -113,3 +113,16 @@ def _until(done: Callable[[], bool], secs: float = 10.0) -> None:
     while not done():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.005)
+
+
+def test_closing_the_state_ends_its_refresh_thread(pair):
+    _, b, clock = pair
+    runner = RefreshThread(idle_secs=60.0)
+    state = SharedState(b, clock, refresh_secs=1.0, background=runner, stale_ok=True)
+    state.current()
+    clock.advance(0.6)
+    state.current(ahead=True)
+    _until(lambda: state.reads == 2)
+    assert runner.running
+    state.close()
+    _until(lambda: not runner.running)
