@@ -77,6 +77,7 @@ def test_connections_beyond_the_cap_get_503_not_a_reset(tmp_path: Path) -> None:
                 child.start()
                 assert ours.poll(60), "the attacker did not finish"
                 late, refused_idle = ours.recv()
+                probe.at_least(5)  # its connections are still held: still the attack
             probe.assert_flat(quiet)
         finally:
             ours.send("close")

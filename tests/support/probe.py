@@ -123,6 +123,14 @@ class Probe:
             self._thread.join(30)
             self._thread = None
 
+    def at_least(self, n: int = 5, timeout: float = 10.0) -> None:
+        """Inside ``running``: wait until the attack's figures hold ``n`` answers (for an
+        attack that is held open once made, which a fast machine makes in a few probes'
+        time)."""
+        deadline = time.monotonic() + timeout
+        while len(self.attacked.latencies) < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+
     def flat_during(self, attack: Callable[[], T], *, quiet_n: int = 40) -> T:
         """``attack()`` while probing, flat against a quiet figure taken just before it.
 
