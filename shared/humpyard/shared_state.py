@@ -140,6 +140,7 @@ class RefreshThread:
                 fn()
             except Exception:  # a refresh logs its own failures; this thread goes on
                 logger.exception("shared state refresh failed")
+            del fn  # the state it refers to is not held while the thread waits
 
 
 class SharedState:

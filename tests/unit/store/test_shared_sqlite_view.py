@@ -92,7 +92,7 @@ def test_background_refreshes_share_one_thread_that_ends_when_idle(pair):
     per refresh, whose start waited for the scheduler); the thread ends after
     ``idle_secs`` without one, and the next refresh starts it again."""
     _, b, clock = pair
-    runner = RefreshThread(idle_secs=0.2)
+    runner = RefreshThread(idle_secs=1.0)  # longer than a loaded machine's stall
     state = SharedState(b, clock, refresh_secs=1.0, background=runner, stale_ok=True)
     state.current()  # the first read: waited for, in this thread
     assert state.reads == 1
