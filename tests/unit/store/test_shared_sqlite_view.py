@@ -16,7 +16,8 @@ import pytest
 
 from humpyard.clock import FakeClock
 from humpyard.planning.types import Override
-from humpyard.shared_state import RefreshThread, SharedState, state_for
+from humpyard.refresh_thread import RefreshThread
+from humpyard.shared_state import SharedState, state_for
 from humpyard.store.base import LedgerBatch
 from humpyard.store.sqlite import SharedSQLiteStore
 
