@@ -44,14 +44,31 @@ _HEAD_END = b"\r\n\r\n"
 
 
 class HeadHoldingTransport:
-    """A transport wrapper that holds a response head back until the body's write."""
+    """A transport wrapper that holds a response head back until the body's write,
+    and tells one watcher (``watch_lost``) when the connection is lost."""
 
-    __slots__ = ("_transport", "_loop", "_held")
+    __slots__ = ("_transport", "_loop", "_held", "_on_lost")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
         self._transport = transport
         self._loop = loop
         self._held: bytes | None = None
+        self._on_lost: Callable[[], None] | None = None
+
+    def watch_lost(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once when the connection is lost (after the server's own
+        ``connection_lost``), unless ``unwatch_lost`` comes first. One watcher at a
+        time: a request's ``ClientWatch`` (``http/reply.py``)."""
+        self._on_lost = callback
+
+    def unwatch_lost(self, callback: Callable[[], None]) -> None:
+        if self._on_lost == callback:
+            self._on_lost = None
+
+    def lost(self) -> None:
+        callback, self._on_lost = self._on_lost, None
+        if callback is not None:
+            callback()
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         held = self._held
@@ -97,7 +114,12 @@ def protocol_class(guard: ConnectionGuard | None = None) -> type[asyncio.Protoco
 
     class HeadHoldingProtocol(Base):  # type: ignore[valid-type, misc]
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(HeadHoldingTransport(transport, self.loop))  # type: ignore[arg-type]
+            self.holding = HeadHoldingTransport(transport, self.loop)
+            super().connection_made(self.holding)  # type: ignore[arg-type]
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            super().connection_lost(exc)
+            self.holding.lost()
 
     if guard is None:
         return HeadHoldingProtocol

@@ -9,8 +9,11 @@ close."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from humpyard.http.reply import WATCH_AFTER_SECS
 from tests.hostile.disconnect_client import (
     ENV,
     PATHS,
@@ -30,6 +33,12 @@ from tests.support.watched_upstream import (
 )
 
 NOTICED_WITHIN = 2.0  # seconds; the upstream's timeout_secs is 600
+
+
+def _listening() -> None:
+    """Let the request's watch begin to listen (``WATCH_AFTER_SECS`` after its body),
+    so the client's leaving is heard as it happens, not found when the watch begins."""
+    time.sleep(WATCH_AFTER_SECS * 4)
 
 
 def _left_alone(gw, up: WatchedUpstream, phase: str) -> None:  # noqa: ANN001
@@ -55,31 +64,35 @@ def _left_alone(gw, up: WatchedUpstream, phase: str) -> None:  # noqa: ANN001
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_leaving_while_a_buffered_call_waits_cancels_it(path: str) -> None:
+def test_leaving_while_a_buffered_call_waits_cancels_it(path: str, own_server: bool) -> None:
     with WatchedUpstream(lambda n, body: [HOLD]) as up, \
-            running_gateway(config(up.url), env=ENV) as gw:
+            running_gateway(config(up.url), env=ENV,
+                            own_server=own_server) as gw:
         sock = post(gw, path, body_for(path, stream=False))
         up.wait_held(1)
+        _listening()
         left = leave(sock)
         assert up.wait_closed(1, NOTICED_WITHIN + 3) - left < NOTICED_WITHIN
         _left_alone(gw, up, "waiting")
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_leaving_during_the_hold_back_cancels_the_stream(path: str) -> None:
+def test_leaving_during_the_hold_back_cancels_the_stream(path: str, own_server: bool) -> None:
     # The upstream says 200 and sends a role chunk, but no content: the gateway
     # holds the stream back, the client has seen nothing yet.
     script = [sse_head(), chat_event({"role": "assistant", "content": ""}), HOLD]
     with WatchedUpstream(lambda n, body: script) as up, \
-            running_gateway(config(up.url), env=ENV) as gw:
+            running_gateway(config(up.url), env=ENV,
+                            own_server=own_server) as gw:
         sock = post(gw, path, body_for(path, stream=True))
         up.wait_held(1)
+        _listening()
         left = leave(sock)
         assert up.wait_closed(1, NOTICED_WITHIN + 3) - left < NOTICED_WITHIN
         _left_alone(gw, up, "hold_back")
 
 
-def test_after_a_client_left_the_endpoint_serves_the_next_request_at_once() -> None:
+def test_after_a_client_left_the_endpoint_serves_the_next_request_at_once(own_server: bool) -> None:
     # One counted failure would open the breaker (failure_threshold = 1): a client
     # leaving is not one, so the next request goes to the same endpoint, not cold.
     def script(n: int, body: object) -> list:
@@ -90,7 +103,8 @@ def test_after_a_client_left_the_endpoint_serves_the_next_request_at_once() -> N
                 chat_event(usage={"prompt_tokens": 5, "completion_tokens": 1,
                                   "total_tokens": 6}), done()]
 
-    with WatchedUpstream(script) as up, running_gateway(config(up.url), env=ENV) as gw:
+    with WatchedUpstream(script) as up, running_gateway(config(up.url), env=ENV,
+                            own_server=own_server) as gw:
         sock = post(gw, "/v1/chat/completions", body_for("/v1/chat/completions",
                                                          stream=False))
         up.wait_held(1)

@@ -60,8 +60,10 @@ def _charged(gw, d: dict, seen_text: str) -> None:  # noqa: ANN001 - a tests.sup
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_leaving_mid_stream_is_499_with_estimated_usage_and_cost(path: str) -> None:
-    with WatchedUpstream(slow_stream) as up, running_gateway(config(up.url), env=ENV) as gw:
+def test_leaving_mid_stream_is_499_with_estimated_usage_and_cost(
+        path: str, own_server: bool) -> None:
+    with WatchedUpstream(slow_stream) as up, running_gateway(config(up.url), env=ENV,
+                            own_server=own_server) as gw:
         sock = post(gw, path, body_for(path, stream=True))
         read_until(sock, b"word2")
         left = leave(sock)
@@ -78,7 +80,7 @@ def test_leaving_mid_stream_is_499_with_estimated_usage_and_cost(path: str) -> N
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_leaving_just_before_the_usage_chunk_still_costs(path: str) -> None:
+def test_leaving_just_before_the_usage_chunk_still_costs(path: str, own_server: bool) -> None:
     # OpenAI sends usage last: a client gone after the last word but before it
     # used to be recorded at $0.
     text = [f"w{i} " for i in range(5)]
@@ -88,7 +90,8 @@ def test_leaving_just_before_the_usage_chunk_still_costs(path: str) -> None:
                 *(chat_event({"content": w}) for w in text),
                 chat_event({}, finish="stop"), HOLD]  # the usage chunk never comes
 
-    with WatchedUpstream(script) as up, running_gateway(config(up.url), env=ENV) as gw:
+    with WatchedUpstream(script) as up, running_gateway(config(up.url), env=ENV,
+                            own_server=own_server) as gw:
         sock = post(gw, path, body_for(path, stream=True))
         read_until(sock, b"w4")
         up.wait_held(1)
@@ -99,14 +102,15 @@ def test_leaving_just_before_the_usage_chunk_still_costs(path: str) -> None:
         _charged(gw, d, "".join(text))
 
 
-def test_a_stream_that_ends_without_usage_is_charged_an_estimate() -> None:
+def test_a_stream_that_ends_without_usage_is_charged_an_estimate(own_server: bool) -> None:
     # An upstream that ignores stream_options.include_usage: the answer is complete
     # (200 ok) but would otherwise be free.
     def script(n: int, body: object) -> list:
         return [sse_head(), chat_event({"role": "assistant", "content": "a b c d e f"}),
                 chat_event({}, finish="stop"), done()]
 
-    with WatchedUpstream(script) as up, running_gateway(config(up.url), env=ENV) as gw:
+    with WatchedUpstream(script) as up, running_gateway(config(up.url), env=ENV,
+                            own_server=own_server) as gw:
         with gw.client(authorization=f"Bearer {ENV['CLIENT_KEY']}") as c:
             r = c.post("/v1/chat/completions",
                        json=body_for("/v1/chat/completions", stream=True))
@@ -116,12 +120,13 @@ def test_a_stream_that_ends_without_usage_is_charged_an_estimate() -> None:
         _charged(gw, d, "a b c d e f")
 
 
-def test_a_complete_stream_is_charged_the_upstreams_usage_not_an_estimate() -> None:
+def test_a_complete_stream_is_charged_the_upstreams_usage_not_an_estimate(own_server: bool) -> None:
     with WatchedUpstream(lambda n, body: slow_stream(n, body)[:2] + [
             chat_event({"content": "hi"}), chat_event({}, finish="stop"),
             chat_event(usage={"prompt_tokens": 900, "completion_tokens": 80,
                               "total_tokens": 980}), done()]) as up, \
-            running_gateway(config(up.url), env=ENV) as gw:
+            running_gateway(config(up.url), env=ENV,
+                            own_server=own_server) as gw:
         with gw.client(authorization=f"Bearer {ENV['CLIENT_KEY']}") as c:
             r = c.post("/v1/chat/completions",
                        json=body_for("/v1/chat/completions", stream=True))
@@ -131,7 +136,8 @@ def test_a_complete_stream_is_charged_the_upstreams_usage_not_an_estimate() -> N
         assert d["usage"]["input_tokens"] == 900 and d["usage"]["output_tokens"] == 80
 
 
-def test_an_anthropic_upstreams_stated_prompt_is_kept_and_the_output_estimated() -> None:
+def test_an_anthropic_upstreams_stated_prompt_is_kept_and_the_output_estimated(
+        own_server: bool) -> None:
     # An Anthropic stream states its prompt's tokens first (message_start) and the
     # output's last (message_delta): a client gone between them is charged the
     # stated prompt and the relayed text's estimate.
@@ -148,7 +154,8 @@ def test_an_anthropic_upstreams_stated_prompt_is_kept_and_the_output_estimated()
         return out + [HOLD]
 
     with WatchedUpstream(script) as up, \
-            running_gateway(config(up.url, protocol="anthropic"), env=ENV) as gw:
+            running_gateway(config(up.url, protocol="anthropic"), env=ENV,
+                            own_server=own_server) as gw:
         sock = post(gw, "/v1/messages", body_for("/v1/messages", stream=True))
         read_until(sock, b"word3")
         left = leave(sock)

@@ -13,8 +13,10 @@ import httpx
 
 from humpyard.clock import Clock, SystemClock
 from humpyard.config import Config, load_config_text
+from humpyard.connections import ConnectionGuard
 from humpyard.gateway import Gateway
 from humpyard.http.app import create_app
+from humpyard.serving import protocol_class
 from humpyard.store import open_store
 from tests.support.servers import ServerThread
 
@@ -95,17 +97,24 @@ def config_from(text: str, env: Mapping[str, str] | None = None) -> Config:
 def running_gateway(text: str, *, env: Mapping[str, str] | None = None,
                     ledger: str | None = ":memory:", clock: Clock | None = None,
                     rng: random.Random | None = None,
-                    admin_key: str | None = None, health: Any = None) -> Iterator[Running]:
+                    admin_key: str | None = None, health: Any = None,
+                    own_server: bool = False) -> Iterator[Running]:
     """Serve ``text`` (a TOML config) on a free loopback port until the block ends.
 
     ``health`` replaces the gateway's in-memory health book (a ``SharedHealth``
-    to run several gateways on one set of breakers).
+    to run several gateways on one set of breakers). ``own_server``: uvicorn runs
+    the protocol ``humpyard serve`` runs (``serving.protocol_class``: the held
+    head, the connection guard, the watched connection loss) instead of its own.
     """
     config = config_from(text, env)
     store = open_store(ledger, clock or SystemClock()) if ledger is not None else None
     gw = Gateway(config, store, clock=clock, rng=rng or random.Random(1), health=health)
     app = create_app(config, gateway=gw)
-    with ServerThread(app, lifespan="on") as srv:
+    extra: dict[str, Any] = {}
+    if own_server:
+        extra["http"] = protocol_class(ConnectionGuard(lambda: gw.config.server, 4096,
+                                                       gw.metrics.connections_refused))
+    with ServerThread(app, lifespan="on", **extra) as srv:
         r = Running(url=srv.url, gw=gw, config=config)
         r._auth = {"authorization": f"Bearer {admin_key}"} if admin_key else {}
         yield r

@@ -67,14 +67,17 @@ class ClientWatch:
     complete too, which is not the client leaving).
 
     The listening starts ``after`` seconds (``WATCH_AFTER_SECS``): until then
-    the watch is one timer, and a request answered sooner costs no more. Then
-    it is one task (the pending ``receive()``) with no wake-up until the client
-    leaves or the watch stops. Any message other than ``http.disconnect``
-    (none is due once the body is read) ends the watch rather than being
-    waited past.
+    the watch is one timer, and a request answered sooner costs no more. Then,
+    under the gateway's own server (``serving.py``), it is a callback on the
+    connection's loss (``watch_lost``), reading resumed as uvicorn's
+    ``receive()`` resumes it; under any other ASGI server it is one task (the
+    pending ``receive()``) with no wake-up until the client leaves or the watch
+    stops. Any message other than ``http.disconnect`` (none is due once the
+    body is read) ends that task's watch rather than being waited past.
     """
 
-    __slots__ = ("task", "phase", "left", "_on_left", "_receive", "_listener", "_timer")
+    __slots__ = ("task", "phase", "left", "_on_left", "_receive", "_listener", "_timer",
+                 "_wire")
 
     def __init__(self, receive: Receive, phase: str,
                  on_left: Callable[[str], None] | None = None,
@@ -88,6 +91,7 @@ class ClientWatch:
         self._receive = receive
         self._listener: asyncio.Future[Any] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._wire: Any = None  # the transport whose loss is watched
         if after > 0:
             self._timer = asyncio.get_running_loop().call_later(after, self._listen)
         else:
@@ -95,17 +99,36 @@ class ClientWatch:
 
     def _listen(self) -> None:
         self._timer = None
-        if self.phase is not None:
-            self._listener = asyncio.ensure_future(self._receive())
-            self._listener.add_done_callback(self._heard)
+        if self.phase is None:
+            return
+        cycle = getattr(self._receive, "__self__", None)  # uvicorn's request cycle
+        wire = getattr(cycle, "transport", None)
+        if getattr(wire, "watch_lost", None) is not None and hasattr(cycle, "flow"):
+            if cycle.disconnected:  # lost before the watch began
+                self._leave()
+                return
+            cycle.flow.resume_reading()  # as receive() does: a closed socket is seen
+            self._wire = wire
+            wire.watch_lost(self._leave)
+            return
+        self._listener = asyncio.ensure_future(self._receive())
+        self._listener.add_done_callback(self._heard)
 
     def _heard(self, listener: asyncio.Future[Any]) -> None:
+        if self.phase is None or listener.cancelled() or listener.exception() is not None:
+            return
+        if listener.result().get("type") != "http.disconnect":
+            self.phase = None
+            return
+        self._leave()
+
+    def _leave(self) -> None:
+        """The client left: noted, told, and the request's task cancelled."""
         phase = self.phase
-        if phase is None or listener.cancelled() or listener.exception() is not None:
+        if phase is None:
             return
         self.phase = None
-        if listener.result().get("type") != "http.disconnect":
-            return
+        self._wire = None
         self.left = phase
         if self._on_left is not None:
             self._on_left(phase)
@@ -120,6 +143,9 @@ class ClientWatch:
         if self._listener is not None:
             self._listener.cancel()
             self._listener = None
+        if self._wire is not None:
+            self._wire.unwatch_lost(self._leave)
+            self._wire = None
 
     def ours(self) -> bool:
         """Whether the cancellation being handled is the watch's alone (the client
