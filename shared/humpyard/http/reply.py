@@ -101,8 +101,8 @@ class ClientWatch:
         self._timer = None
         if self.phase is None:
             return
-        cycle = getattr(self._receive, "__self__", None)  # uvicorn's request cycle
-        wire = getattr(cycle, "transport", None)
+        cycle: Any = getattr(self._receive, "__self__", None)  # uvicorn's request cycle
+        wire: Any = getattr(cycle, "transport", None)
         if getattr(wire, "watch_lost", None) is not None and hasattr(cycle, "flow"):
             if cycle.disconnected:  # lost before the watch began
                 self._leave()
