@@ -11,8 +11,7 @@ import asyncio
 import json
 import logging
 import sqlite3
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import pytest
 from humpyard.clock import FakeClock
 from humpyard.metrics import GatewayMetrics, Metrics
 from humpyard.store import BackgroundWriter, SQLiteStore, run
+from tests.support.polling import until
 
 from .test_store_contract import HOUR, T0, decision
 
@@ -46,13 +46,6 @@ def writer(db: SQLiteStore, metrics: GatewayMetrics) -> Iterator[BackgroundWrite
     w.use_metrics(metrics)
     yield w
     w.close(timeout=5)
-
-
-def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.002)
 
 
 @contextmanager
@@ -103,7 +96,7 @@ def test_a_bad_decision_is_logged_and_counted_and_the_rest_of_its_batch_written(
     bad = {"ts": T0, "note": "no request id"}
     with write_lock_held(db.path):  # so that all of these land in one batch
         writer.submit_decision(decision("before", T0))
-        eventually(lambda: writer.queued == 0)
+        until(lambda: writer.queued == 0)
         writer.submit_decision(decision("a", T0, note="keep me"))
         writer.submit_decision(bad)
         writer.submit_decision(decision("a", T0 + 1))  # a repeat: skipped, not an error
@@ -159,7 +152,7 @@ def test_past_its_bound_the_queue_sheds_new_decisions_counted_and_logged_but_nev
     try:
         with write_lock_held(db.path):
             assert writer.submit_decision(decision("r0", T0))
-            eventually(lambda: writer.queued == 0)  # r0 is being written: stuck on the lock
+            until(lambda: writer.queued == 0)  # r0 is being written: stuck on the lock
             accepted = [writer.submit_decision(decision(f"r{i}", T0 + i)) for i in range(1, 9)]
             for _ in range(100):
                 assert writer.submit_spend("ci", DAY, 0.01)
@@ -288,11 +281,11 @@ def test_a_write_lock_held_past_the_busy_wait_loses_nothing(
         with write_lock_held(db.path):
             writer.submit_decision(decision("r0", T0))
             writer.submit_spend("ci", DAY, 0.5)
-            eventually(lambda: any("write lock is held elsewhere" in r.getMessage()
-                                   for r in caplog.records))
+            until(lambda: any("write lock is held elsewhere" in r.getMessage()
+                              for r in caplog.records))
             writer.submit_decision(decision("r1", T0 + 1))  # queued behind the stuck batch
-            eventually(lambda: sum("write lock is held elsewhere" in r.getMessage()
-                                   for r in caplog.records) == 1 and writer.pending == 3)
+            until(lambda: sum("write lock is held elsewhere" in r.getMessage()
+                              for r in caplog.records) == 1 and writer.pending == 3)
         assert writer.flush(timeout=10)
     finally:
         assert writer.close(timeout=10)
@@ -312,8 +305,8 @@ def test_closing_while_the_lock_is_held_loses_the_batch_logged_not_the_exit(
     writer.use_metrics(metrics)
     with write_lock_held(db.path):
         writer.submit_decision(decision("r0", T0))
-        eventually(lambda: any("write lock is held elsewhere" in r.getMessage()
-                               for r in caplog.records))
+        until(lambda: any("write lock is held elsewhere" in r.getMessage()
+                          for r in caplog.records))
         assert writer.close(timeout=10)
     assert metrics.ledger_lost.value(kind="decision", reason="error") == 1
     assert [unsaved(m)["request_id"] for m in errors(caplog)] == ["r0"]

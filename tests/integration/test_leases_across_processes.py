@@ -23,6 +23,7 @@ import httpx
 
 from tests.durability.process import ServeProcess
 from tests.support.fake_upstream import FakeUpstream
+from tests.support.polling import until
 from tests.support.steps import Delay, ok
 
 ENV = {"DEV": "dev-secret", "ADMIN": "admin-secret"}
@@ -81,16 +82,6 @@ def limits(url: str) -> dict[str, Any]:
         r = c.post("/v1/route/explain", json={"model": "r"})
         assert r.status_code == 200, r.text
         return r.json()["limits"]  # type: ignore[no-any-return]
-
-
-def until(check: Any, what: str, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
 
 
 def ledger_spend(path: Path) -> float:

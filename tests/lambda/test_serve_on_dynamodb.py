@@ -32,6 +32,7 @@ from lambda_support import SerialMotoServer, gateway_config
 from humpyard.store.dynamodb import create_tables
 from tests.durability.process import ROOT, ServeProcess
 from tests.support import FakeUpstream, delay, ok, status
+from tests.support.polling import until
 
 REFRESH_MS = 200
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
@@ -126,18 +127,6 @@ def admin(proc: ServeProcess, method: str, path: str, **kw: Any) -> httpx.Respon
                       headers={"authorization": f"Bearer {KEYS['OPS_KEY']}"}, **kw)
     assert r.status_code < 300, r.text
     return r
-
-
-def until(check: Callable[[], Any], what: str, timeout: float = 10.0) -> Any:
-    """Poll ``check`` until it returns something truthy; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def chat_calls(up: FakeUpstream) -> int:

@@ -8,7 +8,6 @@ test) to see a request served while a refresh is in flight.
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from humpyard.store.base import SharedRead, SharedRequest
 from humpyard.store.dynamodb import DynamoDBStore
 from humpyard.store.dynamodb_calls import CallCounter
 from humpyard.store.memory import MemoryStore
+from tests.support.polling import until
 from tests.unit.aws.moto_support import LEDGER, STATE
 
 T0 = 1_800_000_000.0
@@ -29,13 +29,6 @@ T0 = 1_800_000_000.0
 def override(subject: str, expires_in: float = 3600) -> Override:
     return Override(id="", kind="disable_target", subject=subject, target=None, reason="r",
                     created_at=T0, expires_at=T0 + expires_in, created_by=None)
-
-
-def eventually(check: Any, deadline_secs: float = 10.0) -> None:
-    end = time.monotonic() + deadline_secs
-    while not check():
-        assert time.monotonic() < end, "not within the deadline"
-        time.sleep(0.005)
 
 
 class GatedStore:
@@ -115,7 +108,7 @@ def test_past_half_its_age_a_view_is_served_while_one_refresh_runs(clock: FakeCl
     assert state.current(ahead=True) is first  # one refresh in flight, not two
     assert len(gated.requests) == 2
     gated.gate.set()
-    eventually(lambda: state.current().generation == first.generation + 1)
+    until(lambda: state.current().generation == first.generation + 1)
     assert len(gated.requests) == 2
 
 
@@ -202,7 +195,7 @@ def test_a_new_budget_period_is_read_ahead(clock: FakeClock) -> None:
     state.current(spend={"ci": "day:x"})
     view = state.current(spend={"ci": "day:y"}, ahead=True)  # the day turned
     assert state.spend(view, {"ci": "day:y"}) == {"ci": 0.0}
-    eventually(lambda: len(gated.requests) == 2)
+    until(lambda: len(gated.requests) == 2)
     assert gated.requests[-1].spend == {"ci": "day:y"}
 
 

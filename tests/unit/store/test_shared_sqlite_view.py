@@ -8,7 +8,6 @@ Two ``SharedSQLiteStore`` objects on one file stand for two workers.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from humpyard.refresh_thread import RefreshThread
 from humpyard.shared_state import SharedState, state_for
 from humpyard.store.base import LedgerBatch
 from humpyard.store.sqlite import SharedSQLiteStore
+from tests.support.polling import until
 
 T0 = 1_800_000_000.0
 
@@ -100,20 +100,13 @@ def test_background_refreshes_share_one_thread_that_ends_when_idle(pair):
     for n in range(2, 6):  # each past half its age: served, and re-read in the background
         clock.advance(0.6)
         state.current(ahead=True)
-        _until(lambda n=n: state.reads == n and state._inflight is None)
+        until(lambda n=n: state.reads == n and state._inflight is None)
     assert runner.started == 1
-    _until(lambda: not runner.running)
+    until(lambda: not runner.running)
     clock.advance(0.6)
     state.current(ahead=True)
-    _until(lambda: state.reads == 6)
+    until(lambda: state.reads == 6)
     assert runner.started == 2
-
-
-def _until(done: Callable[[], bool], secs: float = 10.0) -> None:
-    deadline = time.monotonic() + secs
-    while not done():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
 
 
 def test_closing_the_state_ends_its_refresh_thread(pair):
@@ -123,7 +116,7 @@ def test_closing_the_state_ends_its_refresh_thread(pair):
     state.current()
     clock.advance(0.6)
     state.current(ahead=True)
-    _until(lambda: state.reads == 2)
+    until(lambda: state.reads == 2)
     assert runner.running
     state.close()
-    _until(lambda: not runner.running)
+    until(lambda: not runner.running)
