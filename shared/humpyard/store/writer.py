@@ -20,7 +20,8 @@ shed; decisions beyond ``max_pending`` are not queued. Nothing is lost
 silently: every item that is not written (shed at the bound, or refused or
 failed by the store) is logged at ERROR on ``humpyard.store`` with its
 request id and whole payload as JSON (so it can be replayed) and counted in
-``humpyard_ledger_lost_total{kind,reason}``.
+``humpyard_ledger_lost_total{kind,reason}`` (``batch_write.py``: one batch's
+write, and the account of what it could not write).
 
 The writer does not own the store; close the writer first, then the store.
 """
@@ -28,17 +29,16 @@ The writer does not own the store; close the writer first, then the store.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from humpyard.errors import ConflictError, StoreBusy
+from humpyard.errors import StoreBusy
 from humpyard.store.base import Decision, LedgerBatch
+from humpyard.store.batch_write import Lost, perform
 from humpyard.store.rows import check_usd
 
 if TYPE_CHECKING:
@@ -66,117 +66,6 @@ async def run(fn: Callable[..., T], *args: Any, **kw: Any) -> T:
     return await asyncio.to_thread(fn, *args, **kw)
 
 
-def _json(payload: Any) -> str:
-    try:
-        return json.dumps(payload, default=str, separators=(",", ":"))
-    except (TypeError, ValueError):  # circular or otherwise unencodable
-        return repr(payload)
-
-
-def log_unsaved_decision(decision: Any, why: object, exc: BaseException | None = None) -> None:
-    """Log a decision that was not written, with everything needed to replay it."""
-    rid = decision.get("request_id") if isinstance(decision, dict) else None
-    logger.error("ledger decision not written request_id=%s: %s; unsaved: %s",
-                 rid, why, _json(decision), exc_info=exc)
-
-
-def log_unsaved_spend(key_id: str, period: str, usd: float, why: object,
-                      exc: BaseException | None = None) -> None:
-    """Log a spend add that was not written, with everything needed to replay it."""
-    logger.error("ledger spend not written key_id=%s period=%s: %s; unsaved: %s",
-                 key_id, period, why,
-                 _json({"key_id": key_id, "period": period, "usd": usd}), exc_info=exc)
-
-
-def write_batch(store: Any, batch: LedgerBatch) -> None:
-    """``store.write_batch(batch)``, or item by item for a store without it."""
-    method = getattr(store, "write_batch", None)
-    if method is not None:
-        method(batch)
-        return
-    # A backend that has not grown write_batch yet: the old calls, one by one.
-    # A decision that is already recorded is skipped, as write_batch would.
-    for decision in batch.decisions:
-        try:
-            store.append_decision(decision)
-        except ConflictError:
-            pass
-    for (key_id, period), usd in batch.spend.items():
-        store.add_spend(key_id, period, usd)
-
-
-class _Lost:
-    """Counts and logs what was not written; safe before metrics are attached."""
-
-    def __init__(self) -> None:
-        self.metrics: GatewayMetrics | None = None
-
-    def decisions(self, decisions: list[Decision], reason: str, why: object,
-                  exc: BaseException | None = None) -> None:
-        for d in decisions:
-            try:
-                log_unsaved_decision(d, why, exc)
-            except Exception:  # logging must never kill the writer thread
-                pass
-        if self.metrics is not None and decisions:
-            self.metrics.ledger_lost.inc(len(decisions), kind="decision", reason=reason)
-
-    def spend(self, spend: dict[tuple[str, str], float], reason: str, why: object,
-              exc: BaseException | None = None) -> None:
-        for (key_id, period), usd in spend.items():
-            try:
-                log_unsaved_spend(key_id, period, usd, why, exc)
-            except Exception:
-                pass
-        if self.metrics is not None and spend:
-            self.metrics.ledger_lost.inc(len(spend), kind="spend", reason=reason)
-
-
-def perform(store: Any, batch: LedgerBatch, lost: _Lost, *, busy: bool = False) -> None:
-    """Write ``batch``; never raises (but see ``busy``). What cannot be written is
-    logged and counted.
-
-    With ``busy``, a ``StoreBusy`` (the store could not take its write lock in time,
-    and wrote nothing) is raised for the caller to retry the whole batch.
-
-    ``ValueError`` means the store refused an item and wrote nothing (see
-    ``LedgerStore.write_batch``): the items are then written one at a time so
-    that only the bad one is lost. Any other failure loses the whole batch
-    (``StoreError`` after the store's own retries and lock waits), or only its
-    ``unwritten`` part when the error says what that is (DynamoDB).
-    """
-    try:
-        write_batch(store, batch)
-        return
-    except ValueError:
-        if len(batch) == 1:
-            _lose(batch, lost, *_failure())
-            return
-    except StoreBusy:
-        if busy:
-            raise
-        _lose(batch, lost, *_failure())
-        return
-    except Exception as exc:
-        unwritten = getattr(exc, "unwritten", None)
-        _lose(unwritten if isinstance(unwritten, LedgerBatch) else batch, lost, *_failure())
-        return
-    for d in batch.decisions:
-        perform(store, LedgerBatch(decisions=[d]), lost)
-    for key, usd in batch.spend.items():
-        perform(store, LedgerBatch(spend={key: usd}), lost)
-
-
-def _failure() -> tuple[str, BaseException | None]:
-    exc = sys.exc_info()[1]
-    return f"{type(exc).__name__}: {exc}", exc
-
-
-def _lose(batch: LedgerBatch, lost: _Lost, why: str, exc: BaseException | None) -> None:
-    lost.decisions(batch.decisions, "error", why, exc)
-    lost.spend(batch.spend, "error", why, exc)
-
-
 class BackgroundWriter:
     """Writes decisions and spend to ``store`` in batches, on one daemon thread.
 
@@ -198,7 +87,7 @@ class BackgroundWriter:
         self._max_batch = max_batch
         self._linger = linger_secs
         self._monotonic: Callable[[], float] = clock.monotonic if clock else time.monotonic
-        self._lost = _Lost()
+        self._lost = Lost()
         self._cond = threading.Condition()
         self._decisions: deque[tuple[float, Decision]] = deque()
         self._spend: dict[tuple[str, str], float] = {}
@@ -401,7 +290,7 @@ class InlineWriter:
 
     def __init__(self, store: Any) -> None:
         self._store = store
-        self._lost = _Lost()
+        self._lost = Lost()
 
     def submit_decision(self, decision: Decision) -> bool:
         perform(self._store, LedgerBatch(decisions=[decision]), self._lost)
