@@ -38,7 +38,7 @@ from humpyard.config.spec import KeySpec
 from humpyard.errors import RateLimited
 from humpyard.leases import Leases
 from humpyard.ledger.periods import period_key
-from humpyard.store.base import LimitCount
+from humpyard.store.sharing import LimitCount
 
 WINDOW_SECS = 60.0
 

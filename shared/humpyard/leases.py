@@ -2,7 +2,7 @@
 
 One ``Leases`` per gateway process (or Lambda instance), named by a random
 instance id. It talks to the store's ``LeaseStore`` half
-(``store/base.py``) and never on the event loop: every store call runs in a
+(``store/sharing.py``) and never on the event loop: every store call runs in a
 worker thread (``asyncio.to_thread`` while a request awaits it, one
 background thread for the writes nobody waits for), except on the memory
 store, whose calls are a dict update under a lock and run in place.
@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from humpyard.clock import Clock
-from humpyard.store.base import LimitCount
+from humpyard.store.sharing import LimitCount
 
 log = logging.getLogger("humpyard.leases")
 T = TypeVar("T")

@@ -61,7 +61,8 @@ from typing import Any
 from humpyard.clock import Clock
 from humpyard.planning.types import Override
 from humpyard.refresh_thread import RefreshThread
-from humpyard.store.base import SharedRead, SharedRequest, SharedStateReader, Store
+from humpyard.store.base import Store
+from humpyard.store.sharing import SharedRead, SharedRequest, SharedStateReader
 
 logger = logging.getLogger("humpyard.state")
 

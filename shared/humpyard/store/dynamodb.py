@@ -30,7 +30,6 @@ import logging
 from typing import Any
 
 from humpyard.errors import StoreError
-from humpyard.store.base import SharedRead, SharedRequest
 from humpyard.store.dynamodb_base import S, as_float, as_int, as_str
 from humpyard.store.dynamodb_leases import DynamoDBLeases
 from humpyard.store.dynamodb_ledger import DynamoDBLedger, LedgerWriteError, spend_key
@@ -45,6 +44,7 @@ from humpyard.store.dynamodb_live import (
 )
 from humpyard.store.dynamodb_schema import LEDGER_TABLE, STATE_TABLE, create_tables
 from humpyard.store.dynamodb_state import DynamoDBOverrides, DynamoDBQuota, _override
+from humpyard.store.sharing import SharedRead, SharedRequest
 
 __all__ = ["LEDGER_TABLE", "STATE_TABLE", "DynamoDBStore", "LedgerWriteError", "create_tables"]
 

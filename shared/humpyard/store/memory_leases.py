@@ -2,7 +2,7 @@
 
 One process only (nothing else can reach the dicts), so this is the same
 bookkeeping the SQLite and DynamoDB halves share across processes, under the
-store's one lock (``store/base.py``, ``LeaseStore``).
+store's one lock (``store/sharing.py``, ``LeaseStore``).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any
 
-from humpyard.store.base import LeaseAnswer, LimitCount
 from humpyard.store.rows import check_usd
+from humpyard.store.sharing import LeaseAnswer, LimitCount
 
 
 class MemoryLeases:

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import sqlite3
 
-from humpyard.store.base import LeaseAnswer, LimitCount
 from humpyard.store.memory_leases import refusal
 from humpyard.store.rows import check_usd
+from humpyard.store.sharing import LeaseAnswer, LimitCount
 from humpyard.store.sqlite_base import SQLiteBase
 
 _TABLES = (

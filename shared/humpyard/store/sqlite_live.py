@@ -28,9 +28,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from humpyard.store.base import SharedRead, SharedRequest
 from humpyard.store.live import check_breaker_version
 from humpyard.store.rows import to_json
+from humpyard.store.sharing import SharedRead, SharedRequest
 from humpyard.store.sqlite_base import SQLiteBase
 from humpyard.store.sqlite_state import _OVERRIDE_COLUMNS, _override
 

@@ -16,10 +16,10 @@ from humpyard.clock import FakeClock
 from humpyard.errors import StoreError
 from humpyard.planning.types import Override
 from humpyard.shared_state import SharedState, state_for
-from humpyard.store.base import SharedRead, SharedRequest
 from humpyard.store.dynamodb import DynamoDBStore
 from humpyard.store.dynamodb_calls import CallCounter
 from humpyard.store.memory import MemoryStore
+from humpyard.store.sharing import SharedRead, SharedRequest
 from tests.support.polling import until
 from tests.unit.aws.moto_support import LEDGER, STATE
 
