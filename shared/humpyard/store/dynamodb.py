@@ -31,8 +31,9 @@ from typing import Any
 
 from humpyard.errors import StoreError
 from humpyard.store.dynamodb_base import S, as_float, as_int, as_str
+from humpyard.store.dynamodb_keys import spend_key
 from humpyard.store.dynamodb_leases import DynamoDBLeases
-from humpyard.store.dynamodb_ledger import DynamoDBLedger, LedgerWriteError, spend_key
+from humpyard.store.dynamodb_ledger import DynamoDBLedger, LedgerWriteError
 from humpyard.store.dynamodb_live import (
     LATENCY_SHARDS,
     LIVE_KEY,

@@ -41,7 +41,8 @@ from humpyard.store import decisions as dec
 from humpyard.store.base import LedgerBatch
 from humpyard.store.dynamodb import DynamoDBStore
 from humpyard.store.dynamodb_base import MAX_BATCH_WRITE
-from humpyard.store.dynamodb_ledger import LedgerWriteError, decision_key
+from humpyard.store.dynamodb_keys import decision_key
+from humpyard.store.dynamodb_ledger import LedgerWriteError
 from humpyard.store.rows import check_usd
 
 logger = logging.getLogger("humpyard.store")

@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from humpyard.store.dynamodb_base import ConditionFailed, DynamoDBBase, N, as_float
-from humpyard.store.dynamodb_ledger import SPEND_TTL_SECS, spend_key
+from humpyard.store.dynamodb_keys import SPEND_TTL_SECS, spend_key
 from humpyard.store.dynamodb_schema import TTL_ATTRIBUTE
 from humpyard.store.rows import check_usd
 from humpyard.store.sharing import LeaseAnswer

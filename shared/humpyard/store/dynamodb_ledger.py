@@ -13,9 +13,10 @@ time (one written by a test, or by hand) is keyed by the decision's ``ts``
 and found, and checked for repeats, by a bounded walk of its shard
 (``FOREIGN_WALK_ITEMS``). The shard is ``crc32(request id) %
 DECISION_SHARDS``, so no partition takes more than a quarter of a day's
-decisions. The item holds the body as JSON, or zlib-compressed when that is
-shorter than ``COMPRESS_OVER`` bytes of JSON allow, and the four fields
-listing filters on (``route``, ``rule``, ``outcome``, ``key_id``).
+decisions (the keys are built in ``dynamodb_keys``). The item holds the
+body as JSON, or zlib-compressed when that is shorter than ``COMPRESS_OVER``
+bytes of JSON allow, and the four fields listing filters on (``route``,
+``rule``, ``outcome``, ``key_id``).
 
 Listing walks the day partitions newest first and, per day, queries every
 shard (strongly consistent, sorted on ``sk``) and merges them, the filters
@@ -36,7 +37,6 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from humpyard.clock import key_time
 from humpyard.errors import ConflictError, StoreError
 from humpyard.records import request_time
 from humpyard.store import decisions as dec
@@ -50,10 +50,19 @@ from humpyard.store.dynamodb_base import (
     S,
     as_float,
     as_str,
-    day_label,
     day_of,
     key_of,
     ts_key,
+)
+from humpyard.store.dynamodb_keys import (
+    DECISION_SHARDS,
+    SPEND_TTL_SECS,
+    decision_key,
+    legacy_decision_key,
+    partition,
+    shard_of,
+    sort_position,
+    spend_key,
 )
 from humpyard.store.dynamodb_schema import TTL_ATTRIBUTE
 from humpyard.store.dynamodb_stats import DynamoDBStats
@@ -61,7 +70,6 @@ from humpyard.store.rows import check_usd
 
 logger = logging.getLogger("humpyard.store")
 
-DECISION_SHARDS = 4
 COMPRESS_OVER = 512
 """A body of more bytes of JSON than this is stored compressed (``bodyz``, binary)."""
 LIST_EXAMINED_ITEMS = 5000
@@ -70,35 +78,7 @@ units); a page that needs more comes back short, with a cursor."""
 FOREIGN_WALK_ITEMS = 2000
 """How many of its shard's newest decisions an id that carries no time is looked for in."""
 
-SPEND_TTL_SECS = 400 * 86_400
 _FILTERS = ("route", "rule", "outcome", "key_id")
-
-
-def legacy_decision_key(request_id: str) -> Item:
-    """Where the previous layout kept a decision (read by id until its TTL removes it)."""
-    return {"pk": S(f"decision#{request_id}"), "sk": S("decision")}
-
-
-def spend_key(key_id: str, period: str) -> Item:
-    return {"pk": S(f"spend#{key_id}"), "sk": S(period)}
-
-
-def shard_of(request_id: str) -> int:
-    """The shard of a decision: stable, and even over request ids."""
-    return zlib.crc32(request_id.encode()) % DECISION_SHARDS
-
-
-def partition(day: int, shard: int) -> str:
-    return f"decision#{day_label(day)}#{shard}"
-
-
-def decision_key(request_id: str, ts: float) -> Item:
-    """The key of a decision: its id's time when the id carries one, else ``ts``."""
-    when = request_time(request_id)
-    if when is None:
-        when = ts
-    return {"pk": S(partition(day_of(when), shard_of(request_id))),
-            "sk": S(f"{ts_key(when)}#{request_id}")}
 
 
 def body_of(item: Item) -> dict[str, Any]:
@@ -109,12 +89,6 @@ def body_of(item: Item) -> dict[str, Any]:
         return json.loads(zlib.decompress(raw if isinstance(raw, bytes) else bytes(raw)))
     found: dict[str, Any] = json.loads(as_str(item, "body") or "{}")
     return found
-
-
-def _position(sort: str) -> tuple[float, str]:
-    """(time, request id) of a sort key."""
-    stamp, _, rid = sort.partition("#")
-    return key_time(stamp), rid
 
 
 class LedgerWriteError(StoreError):
@@ -235,10 +209,10 @@ class DynamoDBLedger(DynamoDBStats):
             if len(found) > limit:
                 break
             if stopped is not None:  # the walk stops inside this day
-                return _page(found), dec.encode_cursor(*_position(stopped))
+                return _page(found), dec.encode_cursor(*sort_position(stopped))
         page = found[:limit]
         more = len(found) > limit
-        return _page(page), dec.encode_cursor(*_position(page[-1][0])) if more else None
+        return _page(page), dec.encode_cursor(*sort_position(page[-1][0])) if more else None
 
     def _list_day(self, day: int, filters: dict[str, str], upper: str | None,
                   lower: str | None, want: int, budget: int,

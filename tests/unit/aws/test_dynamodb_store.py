@@ -21,13 +21,8 @@ from humpyard.store.dynamodb import DynamoDBStore, create_tables
 from humpyard.store.dynamodb_base import blocking_sleep, ts_key
 from humpyard.store.dynamodb_batched import BatchedDynamoDBStore
 from humpyard.store.dynamodb_calls import CallCounter, count_calls
-from humpyard.store.dynamodb_ledger import (
-    DECISION_SHARDS,
-    LIST_EXAMINED_ITEMS,
-    LedgerWriteError,
-    decision_key,
-    shard_of,
-)
+from humpyard.store.dynamodb_keys import DECISION_SHARDS, decision_key, shard_of
+from humpyard.store.dynamodb_ledger import LIST_EXAMINED_ITEMS, LedgerWriteError
 from humpyard.store.dynamodb_schema import TTL_ATTRIBUTE
 from humpyard.store.dynamodb_stats import STATS_SHARDS
 from tests.unit.aws.moto_support import LEDGER, STATE, Failing, Recorder
