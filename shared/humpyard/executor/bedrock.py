@@ -57,7 +57,7 @@ from humpyard.upstream.bedrock import (
     stream_exception_type,
 )
 from humpyard.upstream.classify import Classification
-from humpyard.upstream.client import UpstreamResponse
+from humpyard.upstream.response import UpstreamResponse
 
 NATIVE_CLIENTS = ("anthropic", "bedrock")
 """Client protocols whose own body InvokeModel takes (Anthropic Messages, and

@@ -18,7 +18,8 @@ from typing import Protocol
 from humpyard.executor.events import Events
 from humpyard.planning.estimate import relayed_text_bytes, relayed_text_bytes_raw
 from humpyard.protocols.sse import SSEEvent
-from humpyard.upstream.connection import SINK_GO, SINK_PAUSE, SINK_STOP, Body
+from humpyard.upstream.body import Body
+from humpyard.upstream.connection import SINK_GO, SINK_PAUSE, SINK_STOP
 from humpyard.upstream.errors import EventTooLarge
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from humpyard.config.spec import AnswerLimits
 from humpyard.protocols.sse import SSEDecoder, SSEEvent, SSETooLarge
-from humpyard.upstream.client import UpstreamResponse
 from humpyard.upstream.errors import BodyTooLarge, EventTooLarge
+from humpyard.upstream.response import UpstreamResponse
 
 
 class Events:

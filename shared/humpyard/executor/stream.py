@@ -29,7 +29,7 @@ from humpyard.protocols.anthropic_upstream_stream import ChunkTranslator
 from humpyard.protocols.sse import DONE, SSEEvent
 from humpyard.redact import redact
 from humpyard.upstream.classify import Classification
-from humpyard.upstream.client import UpstreamResponse
+from humpyard.upstream.response import UpstreamResponse
 
 DEFAULT_LIMITS = AnswerLimits()
 

@@ -42,7 +42,7 @@ from humpyard.protocols.anthropic_upstream import chat_usage, decode_response, e
 from humpyard.protocols.anthropic_upstream_stream import ChunkTranslator
 from humpyard.records import Native
 from humpyard.upstream.classify import Classification, classify_status
-from humpyard.upstream.client import UpstreamResponse
+from humpyard.upstream.response import UpstreamResponse
 
 _dumps = dumps
 

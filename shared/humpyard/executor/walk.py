@@ -50,9 +50,10 @@ from humpyard.upstream.classify import (
     classify_failure,
     classify_status,
 )
-from humpyard.upstream.client import UpstreamClient, UpstreamResponse
+from humpyard.upstream.client import UpstreamClient
 from humpyard.upstream.errors import ConnectFailure, ReadTimeout, TransportFailure
 from humpyard.upstream.resend import redials
+from humpyard.upstream.response import UpstreamResponse
 
 log = logging.getLogger("humpyard.executor")
 routability_log = logging.getLogger("humpyard.routability")

@@ -24,7 +24,7 @@ import httpx
 
 from humpyard.config.spec import ProviderSpec
 from humpyard.upstream import errors as E
-from humpyard.upstream.connection import Body
+from humpyard.upstream.body import Body
 from humpyard.upstream.dial import UNREACHABLE, Origin
 from humpyard.upstream.transport import FastTransport, Timeouts
 from humpyard.upstream.wire import HeaderInjection, finish_head, head_prefix, host_header

@@ -1,4 +1,4 @@
-"""One upstream connection as an ``asyncio.Protocol``, and the body of one answer.
+"""One upstream connection as an ``asyncio.Protocol``.
 
 ``Conn`` feeds every byte the socket delivers straight into the current
 request's ``ResponseParser`` (``upstream/framing.py``): no stream reader, no
@@ -9,6 +9,7 @@ wait for the caller. Waits are bounded by one lazily moved timer per connection,
 not one per wait: a stream's reads 200 ms apart under a 300 s idle limit arm it
 once (ADR 0003, "Relay CPU per stream").
 Failures become ``TransportFailure``s of the right class (``upstream/errors.py``).
+An answer's body is read through ``Body`` (``upstream/body.py``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from humpyard.upstream.errors import (
     ConnectionLost,
@@ -298,106 +298,3 @@ class Conn(asyncio.Protocol):
             self._read_paused = False
             self.transport.resume_reading()
         return data
-
-
-class Body:
-    """An answer's body as it arrives: iterate it to the end, or ``aclose()`` it.
-
-    The connection goes back to its pool as soon as the whole answer is in
-    (``put``), or is closed if it cannot be reused; ``on_end`` runs once when the
-    caller is done with the body (read to the end, failed, or closed), e.g. to
-    free a concurrency slot.
-    """
-
-    __slots__ = ("_conn", "_parser", "_timeout", "_put", "_drop", "_on_end", "_released",
-                 "_failure")
-
-    def __init__(self, conn: Conn, timeout: float | None, put: Callable[[Conn], None],
-                 drop: Callable[[Conn], None], on_end: Callable[[], Any] | None = None,
-                 failure: type[ReadTimeout] = ReadTimeout):
-        p = conn.parser
-        assert p is not None
-        self._conn, self._parser, self._timeout = conn, p, timeout
-        self._put, self._drop, self._on_end = put, drop, on_end
-        self._released = False
-        self._failure = failure  # what a wait past ``timeout`` raises
-        if p.done:
-            self._release()
-
-    def _release(self) -> None:
-        """Hand the connection back (or close it); the body bytes stay in the parser."""
-        if self._released:
-            return
-        self._released = True
-        conn, p = self._conn, self._parser
-        if p.done and p.reusable and not p.extra and not conn.unsolicited:
-            self._put(conn)
-        else:
-            self._drop(conn)
-
-    def _finish(self) -> None:
-        on_end, self._on_end = self._on_end, None
-        if on_end is not None:
-            on_end()
-
-    def __aiter__(self) -> Body:
-        return self
-
-    async def __anext__(self) -> bytes:
-        conn, p = self._conn, self._parser
-        while True:
-            if self._released:  # the whole answer is in (or the body was closed)
-                data = p.take()
-                if data:
-                    return data
-                self._finish()
-                raise StopAsyncIteration
-            data = conn.take(p)
-            if p.done:
-                self._release()
-                if data:
-                    return data
-                continue
-            if data:
-                return data
-            failure = conn.failure
-            if failure is None and conn.closed:
-                failure = ConnectionLost(f"connection closed by upstream {conn.addr}", conn.addr)
-            if failure is not None:
-                self._release()
-                self._finish()
-                raise failure
-            try:
-                await conn.wait(self._timeout)
-            except TimeoutError:
-                self._release()
-                self._finish()
-                raise timed_out(self._failure, self._timeout, conn.addr) from None
-            except BaseException:
-                self._release()
-                self._finish()
-                raise
-
-    async def splice(self, sink: Callable[[bytes], int],
-                     drain: Callable[[], Awaitable[None]]) -> None:
-        """``Conn.splice`` for this body's reads, when none wait and the answer is
-        not all in; afterwards ``__anext__`` takes what is left (the end, a failure).
-        A wait past the idle limit fails as ``__anext__``'s would."""
-        conn, p = self._conn, self._parser
-        if self._released or p.done or p.buffered or conn.failure is not None or conn.closed:
-            return
-        try:
-            await conn.splice(sink, self._timeout, drain)
-        except TimeoutError:
-            self._release()
-            self._finish()
-            raise timed_out(self._failure, self._timeout, conn.addr) from None
-        except BaseException:
-            self._release()
-            self._finish()
-            raise
-
-    async def aclose(self) -> None:
-        """Stop reading: a connection whose answer is not all in is closed."""
-        self._release()
-        self._finish()

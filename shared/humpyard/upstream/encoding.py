@@ -11,7 +11,7 @@ in reverse (``Content-Encoding: gzip, deflate``). Like httpx, a coding the
 gateway does not know (br, zstd) is left undone. A deflate body is taken as
 zlib-wrapped, or raw when it is not (servers send both). A body that does not
 decode raises ``zlib.error``. ``consumed`` and ``produced`` count compressed
-bytes inflated and bytes out, for the ratio guard (``upstream/client.py``).
+bytes inflated and bytes out, for the ratio guard (``upstream/response.py``).
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ import ssl
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from humpyard.upstream.connection import Body, Conn
+from humpyard.upstream.body import Body
+from humpyard.upstream.connection import Conn
 from humpyard.upstream.dial import Origin, dial
 from humpyard.upstream.errors import (
     ConnectionLost,
