@@ -25,8 +25,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from humpyard.config.models import Endpoint
 from humpyard.config.problems import did_you_mean, path, schema_problems
+from humpyard.config.provider_models import Endpoint
 
 if sys.version_info >= (3, 14):
     import tomllib as toml

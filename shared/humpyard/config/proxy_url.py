@@ -1,6 +1,6 @@
 """A forward proxy's URL, read once: where to dial and the credentials' header.
 
-Shared by the configuration's check of a provider's ``proxy`` (``models.py``)
+Shared by the configuration's check of a provider's ``proxy`` (``provider_models.py``)
 and by the upstream client's proxy rules (``upstream/proxies.py``). A
 ``Proxy`` keeps its credentials out of ``repr`` and out of ``address``: only
 the ``Proxy-Authorization`` value built from them carries them.

@@ -14,8 +14,9 @@ import ipaddress
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
-from humpyard.config.models import Provider, RawConfig, Router, SelectRule
+from humpyard.config.models import RawConfig, Router, SelectRule
 from humpyard.config.problems import Salvage, did_you_mean, path
+from humpyard.config.provider_models import Provider
 from humpyard.config.resolve_routes import (
     DEFAULT_FALLBACK,
     check_select,
