@@ -55,6 +55,11 @@ class Body:
         else:
             self._drop(conn)
 
+    def _end(self) -> None:
+        """The body is done with, however it ended: the connection released, the end told."""
+        self._release()
+        self._finish()
+
     def _finish(self) -> None:
         on_end, self._on_end = self._on_end, None
         if on_end is not None:
@@ -84,18 +89,15 @@ class Body:
             if failure is None and conn.closed:
                 failure = ConnectionLost(f"connection closed by upstream {conn.addr}", conn.addr)
             if failure is not None:
-                self._release()
-                self._finish()
+                self._end()
                 raise failure
             try:
                 await conn.wait(self._timeout)
             except TimeoutError:
-                self._release()
-                self._finish()
+                self._end()
                 raise timed_out(self._failure, self._timeout, conn.addr) from None
             except BaseException:
-                self._release()
-                self._finish()
+                self._end()
                 raise
 
     async def splice(self, sink: Callable[[bytes], int],
@@ -109,15 +111,12 @@ class Body:
         try:
             await conn.splice(sink, self._timeout, drain)
         except TimeoutError:
-            self._release()
-            self._finish()
+            self._end()
             raise timed_out(self._failure, self._timeout, conn.addr) from None
         except BaseException:
-            self._release()
-            self._finish()
+            self._end()
             raise
 
     async def aclose(self) -> None:
         """Stop reading: a connection whose answer is not all in is closed."""
-        self._release()
-        self._finish()
+        self._end()
