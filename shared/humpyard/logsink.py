@@ -129,6 +129,15 @@ async def flush_periodically(handler: BufferedStderr) -> None:
         handler.drain()
 
 
+def drain_all() -> None:
+    """Drain every ``BufferedStderr`` the root logger has (a process without an event
+    loop to run ``flush_periodically``, such as ``serve --workers``' parent, calls it
+    as it goes; every process calls it at exit)."""
+    for h in logging.getLogger().handlers:
+        if isinstance(h, BufferedStderr):
+            h.drain()
+
+
 _RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
     "message", "asctime", "taskName", "color_message"}  # the last: uvicorn's ANSI copy
 

@@ -194,7 +194,7 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     from humpyard import telemetry
     from humpyard.config import load_config
     from humpyard.http.app import SURFACES, create_app
-    from humpyard.logsink import BufferedStderr, flush_periodically
+    from humpyard.logsink import BufferedStderr, drain_all, flush_periodically
     from humpyard.reload import Reloader
     loop = asyncio.get_running_loop()
     server: Any = None
@@ -209,8 +209,10 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     if store is not None:
         cfg = fleet.with_store(cfg, store)
     surfaces = SURFACES if surfaces is None else surfaces
-    if worker_fd is not None:  # a worker of serve --workers N: the file shared as live state
+    if worker_fd is not None:  # a worker of serve --workers N (workers.py)
         sock = socket.socket(fileno=worker_fd)
+    if worker_fd is not None and fleet.backend_of(cfg) != "dynamodb":
+        # the SQLite file shared as live state; on DynamoDB a worker is one serve process
         app = create_app(cfg, _shared_store(cfg), surfaces=surfaces)
     else:
         gateway = fleet.serve_gateway(cfg)
@@ -262,7 +264,7 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
         gw.writer.close()  # written out already, unless the lifespan failed: a no-op
         if own_signals:
             log.info("humpyard stopped")
-            _drain_logs()
+            drain_all()
 
 
 def _own_stop_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event,
@@ -293,13 +295,6 @@ async def _finish_forced(server: Any) -> None:
     done = getattr(lifespan, "shutdown_event", None)
     if done is not None and not done.is_set():
         await lifespan.shutdown()  # type: ignore[union-attr]
-
-
-def _drain_logs() -> None:
-    from humpyard.logsink import BufferedStderr
-    for h in logging.getLogger().handlers:
-        if isinstance(h, BufferedStderr):
-            h.drain()
 
 
 async def _exit_on(stop: asyncio.Event, server: Any) -> None:

@@ -3,11 +3,16 @@
 The parent process serves nothing itself. It
 
 - checks the configuration (a bad file: exit 1, nothing started) and that it
-  has a ``[ledger] path`` on the disk: the workers share everything through
-  that SQLite file (``SharedSQLiteStore``: breakers and probe leases, latency,
-  overrides, spend, the ledger), so several workers without one are refused;
-- empties the file's live state (breakers, latency), so a start of the
-  whole set starts every endpoint healthy as one process does;
+  names a store several processes can share: a ``[ledger] path`` on the disk
+  (the workers share everything through that SQLite file,
+  ``SharedSQLiteStore``: breakers and probe leases, latency, overrides, spend,
+  the ledger) or ``[store] backend = "dynamodb"`` (each worker opens the
+  tables as one ``serve`` process does, ``fleet.py``; the parent opens them
+  once first, so missing credentials or a missing table refuse the start);
+  several workers on memory alone are refused;
+- empties a SQLite file's live state (breakers, latency), so a start of the
+  whole set starts every endpoint healthy as one process does (DynamoDB's is
+  shared with other machines and the Lambda functions, and left alone);
 - binds the listening socket once and hands it to every worker (inherited
   by file descriptor: the kernel gives each new connection to one worker
   that is accepting; connections waiting in the queue survive a worker's
@@ -40,6 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from humpyard.errors import ConfigError, HumpyardError
+from humpyard.logsink import drain_all
 
 log = logging.getLogger("humpyard.workers")
 
@@ -67,19 +73,29 @@ def worker_count(value: str) -> int:
     return n
 
 
-def check_shared_config(config_path: str) -> None:
-    """``ConfigError`` unless the file is valid and has a ``[ledger] path`` on the disk."""
+def check_shared_config(config_path: str) -> str:
+    """The backend the workers share, ``sqlite`` or ``dynamodb``; ``ConfigError`` when
+    the file is bad or names no store that processes can share."""
+    from humpyard.clock import SystemClock
     from humpyard.config import load_config
+    from humpyard.fleet import backend_of, check_backend, open_configured_store
     cfg = load_config(config_path)
+    backend = backend_of(cfg)
+    if backend == "dynamodb":
+        check_backend(cfg)
+        open_configured_store(cfg, SystemClock()).close()  # credentials, region, tables
+        return backend
     path = cfg.ledger.path if cfg.ledger is not None else None
-    if path is None or path == ":memory:" or path.startswith("file:"):
-        raise ConfigError("serve --workers N (N > 1) needs [ledger] path: the workers share "
-                          "health, latency, overrides, budgets and the ledger through that "
-                          "SQLite file")
+    if backend == "memory" or path is None or path == ":memory:" or path.startswith("file:"):
+        raise ConfigError('serve --workers N (N > 1) needs [ledger] path (a SQLite file) or '
+                          '[store] backend = "dynamodb": the workers share health, latency, '
+                          "overrides, budgets and the ledger through it")
+    return backend
 
 
 def reset_live_state(config_path: str) -> None:
-    """Open the shared file once (creating and migrating it) and empty its live state."""
+    """Open the shared SQLite file once (creating and migrating it) and empty its live
+    state."""
     from humpyard.clock import SystemClock
     from humpyard.config import load_config
     from humpyard.store.sqlite import SharedSQLiteStore
@@ -147,8 +163,8 @@ class Supervisor:
     def run(self) -> int:
         """Serve until SIGTERM or SIGINT; 0 then, 1 when the configuration is bad."""
         try:
-            check_shared_config(self.config_path)
-            reset_live_state(self.config_path)
+            if check_shared_config(self.config_path) == "sqlite":
+                reset_live_state(self.config_path)
             self.sock = listening_socket(self.host, self.port)
         except (HumpyardError, OSError) as e:  # a bad file, an unwritable ledger, a taken port
             print(e, file=sys.stderr)
@@ -166,6 +182,7 @@ class Supervisor:
                     self._reload = False
                     self._reload_all()
                 self._reap()
+                drain_all()  # its INFO lines (a worker started) now, not at exit
                 time.sleep(POLL_SECS)
         finally:
             self._stop_all()

@@ -336,6 +336,16 @@ def test_workers_need_a_ledger_file(tmp_path: Path, upstream: FakeUpstream):
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 1
     assert "needs [ledger] path" in done.stderr
+    # a memory store named outright is refused too (it used to fall back to the
+    # default ledger file, which the file had not asked for)
+    mem = tmp_path / "memory.toml"
+    mem.write_text(target(upstream.url) + '\n[store]\nbackend = "memory"\n')
+    done = subprocess.run([sys.executable, "-m", "humpyard.cli", "serve", "--config", str(mem),
+                           "--port", "0", "--workers", "2"], env=env, cwd=str(tmp_path),
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1
+    assert '[store] backend = "dynamodb"' in done.stderr
+    assert list(tmp_path.glob("*.db")) == []
     bad = subprocess.run([sys.executable, "-m", "humpyard.cli", "serve", "--config", str(cfg),
                           "--workers", "0"], env=env, cwd=str(ROOT),
                          capture_output=True, text=True, timeout=30)

@@ -277,6 +277,61 @@ def _listed(proc: ServeProcess) -> int:
     return len(got["decisions"])
 
 
+def test_workers_share_the_tables_and_make_no_sqlite_file(
+        moto: SerialMotoServer, tmp_path: Path,
+        upstreams: tuple[FakeUpstream, FakeUpstream]) -> None:
+    """``serve --workers 2`` on DynamoDB: each worker opens the tables as one ``serve``
+    does (before, the workers fell back to the ``[ledger] path`` SQLite file and shared
+    nothing with other machines): a breaker one worker trips is honoured by the other,
+    and every decision is in the ledger table, none in a file."""
+    primary, _ = upstreams
+    state, ledger = fresh_tables(moto.url)
+    never = tmp_path / "never.db"
+    path = tmp_path / "humpyard.toml"
+    path.write_text(gateway_config(primary.url, upstreams[1].url, refresh_ms=REFRESH_MS)
+                    + f'\n[ledger]\npath = "{never}"\n' + store_toml(moto.url, state, ledger))
+    proc = ServeProcess(path, tmp_path / "workers.log", env=AWS_ENV, args=("--workers", "2"))
+    proc.start(60)
+    try:
+        moto.calls.clear()
+        ids = {chat(proc).headers["x-humpyard-request-id"] for _ in range(4)}
+        primary.script(status(500))
+        assert chat(proc).headers["x-humpyard-target"] == "backup"  # tripped, failed over
+        tripped = chat_calls(primary)
+        time.sleep(REFRESH_MS / 1000 * 3)  # every worker has re-read the breakers
+        for _ in range(8):  # a connection each: the kernel hands them to either worker
+            r = chat(proc)
+            assert r.headers["x-humpyard-target"] == "backup"
+            ids.add(r.headers["x-humpyard-request-id"])
+        assert chat_calls(primary) == tripped  # neither worker tried the dead endpoint
+        until(lambda: ids <= {d["request_id"] for d in httpx.get(
+            proc.url + "/v1/decisions", params={"limit": 100}, timeout=20).json()["decisions"]},
+            "every decision listed")
+        assert moto.calls.get("BatchWriteItem", 0) > 0
+        assert "worker 1 started" in proc.output()
+    finally:
+        proc.stop()
+    assert not never.exists()
+
+
+def test_workers_refuse_to_start_on_a_table_that_does_not_exist(
+        moto: SerialMotoServer, tmp_path: Path) -> None:
+    path = tmp_path / "humpyard.toml"
+    path.write_text('[providers.p]\nbase_url = "http://127.0.0.1:9/v1"\n'
+                    '[targets.t]\nendpoints = [{ provider = "p", model = "m" }]\n'
+                    f'[ledger]\npath = "{tmp_path / "never.db"}"\n'
+                    + store_toml(moto.url, "no-such-state", "no-such-ledger"))
+    done = subprocess.run(
+        [sys.executable, "-m", "humpyard.cli", "serve", "--config", str(path), "--port", "0",
+         "--workers", "2"],
+        env={**os.environ, **AWS_ENV, "PYTHONPATH": str(ROOT / "shared")}, cwd=ROOT,
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "store.state_table: no table 'no-such-state'" in done.stderr
+    assert "worker 0 started" not in done.stderr  # refused before any worker
+    assert not (tmp_path / "never.db").exists()
+
+
 def test_serve_refuses_to_start_on_a_table_that_does_not_exist(
         moto: SerialMotoServer, tmp_path: Path) -> None:
     path = tmp_path / "humpyard.toml"
