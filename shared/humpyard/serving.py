@@ -165,6 +165,14 @@ def notifying_server(config: Any, on_ready: Callable[[], None] | None, *,
     return Server(config)
 
 
+def bound_port(server: Any) -> int | None:
+    """The TCP port a started ``uvicorn.Server`` listens on (None before it listens)."""
+    for listener in getattr(server, "servers", ()):
+        for sock in listener.sockets or ():
+            return int(sock.getsockname()[1])
+    return None
+
+
 async def serve(config_path: str, host: str, port: int, *, sock: socket.socket | None = None,
                 on_ready: Callable[[], None] | None = None,
                 stop: asyncio.Event | None = None, surfaces: Collection[str] | None = None,
@@ -228,12 +236,18 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
                             gw.metrics.connections_refused)
     # No proxy-header rewriting (humpyard never uses the client's address) and no
     # "server: uvicorn" header: less work and less to leak on every request.
+    def ready() -> None:  # the port it listens on, which --port 0 left to the kernel
+        log.info("humpyard serving on http://%s:%d (config %s; at most %d client "
+                 "connections)", host, bound_port(server) or port, config_path, guard.cap())
+        if on_ready is not None:
+            on_ready()
+
     server = notifying_server(uvicorn.Config(
         app, host=host, port=port, access_log=False, log_config=None,
         timeout_keep_alive=int(cfg.server.keepalive_timeout_secs) or 1,
         proxy_headers=False, server_header=False, http=protocol_class(guard),
         ws="none"),  # no WebSocket routes: an upgrade must not leave the guarded protocol
-        on_ready, signals=False)
+        ready, signals=False)
     tasks = [asyncio.create_task(flush_periodically(h)) for h in logging.getLogger().handlers
              if isinstance(h, BufferedStderr)]
     tasks.append(asyncio.create_task(_exit_on(stop, server)))
@@ -242,8 +256,6 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
         tasks.append(asyncio.create_task(_poll_config(reloader, gw)))
     if worker_fd is not None:
         tasks.append(asyncio.create_task(_stop_when_orphaned(os.getppid(), stop)))
-    log.info("humpyard serving on http://%s:%d (config %s; at most %d client connections)",
-             host, port, config_path, guard.cap())
     # What exists now lives as long as the process: keep it out of the collector's
     # scans, which otherwise walk every module and config object now and then.
     gc.collect()

@@ -350,3 +350,34 @@ def test_workers_need_a_ledger_file(tmp_path: Path, upstream: FakeUpstream):
                           "--workers", "0"], env=env, cwd=str(ROOT),
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "between 1 and 256" in bad.stderr
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_port_0_is_logged_as_the_port_the_kernel_chose(tmp_path: Path, upstream: FakeUpstream,
+                                                        workers: str):
+    """``--port 0``: the "serving on" line names the port that answers (it said 0)."""
+    cfg = write_config(tmp_path, target(upstream.url))
+    log = tmp_path / "serve.log"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}"}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "humpyard.cli", "serve", "--config",
+                                 str(cfg), "--port", "0", "--workers", workers],
+                                env=env, cwd=str(tmp_path), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        def line() -> str:
+            return next((x for x in log.read_text().splitlines()
+                         if "humpyard serving on http://127.0.0.1:" in x), "")
+        poll(lambda: bool(line()), what="the serving line")
+        port = int(line().split("http://127.0.0.1:", 1)[1].split()[0])
+        assert port != 0
+        poll(lambda: _answers(f"http://127.0.0.1:{port}/healthz"), what="the port to answer")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=5).status_code == 200
+    except httpx.TransportError:
+        return False
