@@ -39,7 +39,7 @@ from humpyard.upstream.errors import (
 )
 from humpyard.upstream.limits import Slots
 from humpyard.upstream.proxies import ProxyRules, ProxyURLError, choose
-from humpyard.upstream.response import UpstreamResponse, _Decoded
+from humpyard.upstream.response import DecodedBody, UpstreamResponse
 from humpyard.upstream.tls import TLSOptions
 from humpyard.upstream.transport import FastTransport, Timeouts
 from humpyard.upstream.wire import HeaderInjection, finish_head, head_prefix, host_header
@@ -249,7 +249,7 @@ class UpstreamClient:
         if coding is not None:
             decoder = decoder_for(coding)
             if decoder is not None:
-                return UpstreamResponse(ans.status, headers, _Decoded(
+                return UpstreamResponse(ans.status, headers, DecodedBody(
                     ans.body, decoder, f"{coding} from {origin.address}",
                     provider.limits.max_decompression_ratio, origin.address), origin.address)
         return UpstreamResponse(ans.status, headers, ans.body, origin.address)

@@ -3,7 +3,7 @@
 ``UpstreamResponse`` is what ``UpstreamClient.open()`` (``upstream/client.py``)
 returns, over either transport's body. ``read()`` buffers the body under a size
 limit, ``iter_raw()`` relays it as it arrives, and ``aclose()`` is owed either way.
-A body sent with a content coding comes wrapped in ``_Decoded``, which undoes it
+A body sent with a content coding comes wrapped in ``DecodedBody``, which undoes it
 a bounded step at a time (``upstream/encoding.py``) and refuses one that inflates
 too far. The executor reads answers through this module; how a call is made
 stays in ``upstream/client.py``.
@@ -79,7 +79,7 @@ RATIO_FLOOR = 1 << 18
 """Decoded bytes before the ratio guard looks: a small body may inflate any amount."""
 
 
-class _Decoded:
+class DecodedBody:
     """A body with its content coding undone, a bounded step at a time.
 
     Nothing is inflated ahead of the reader (``upstream/encoding.py``); past
@@ -99,7 +99,7 @@ class _Decoded:
         self._ended = False
         self._owed = False  # the last step came without waiting: yield before the next
 
-    def __aiter__(self) -> _Decoded:
+    def __aiter__(self) -> DecodedBody:
         return self
 
     async def __anext__(self) -> bytes:
