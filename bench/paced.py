@@ -199,9 +199,10 @@ def _sched(pid: int | str) -> tuple[float, float]:
 GATEWAYS = (("humpyard", 1, False, 1), ("humpyard_ledger", 1, True, 1),
             ("humpyard_w2", 2, True, 1), ("humpyard_x2", 1, True, 2))
 """The rows through the gateway, as (name, workers, ledger, processes): one process
-without and with the SQLite ledger; ``--workers 2`` (which needs the ledger: the file
-is what the workers share); and, for reference, two separate single-worker ``serve``
-processes with a ledger each, the load split between them. Every process is pinned to
+without and with the SQLite ledger; ``--workers 2`` on the ledger file (what the
+workers share; without one they would share a private file of the same kind); and, for
+reference, two separate single-worker ``serve`` processes with a ledger each, the load
+split between them. Every process is pinned to
 the gateway's core. ``humpyard_w2`` against ``humpyard_ledger`` says what two workers
 cost per stream on one core, not how far two cores go; against ``humpyard_x2`` it says
 what of that is the sharing (two processes taking turns on one core cost more per

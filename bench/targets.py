@@ -61,7 +61,8 @@ failure_threshold = 3
 
 
 def humpyard(tmp: Path, sim_port: int, port: int, *, ledger: bool, workers: int = 1) -> Target:
-    """``humpyard serve``; ``workers`` > 1 runs ``--workers`` (which needs the ledger file)."""
+    """``humpyard serve``; ``workers`` > 1 runs ``--workers``, on the ledger file (the
+    row compares with one process on the same file)."""
     ledger = ledger or workers > 1
     name = "humpyard+ledger" if ledger else "humpyard"
     if workers > 1:

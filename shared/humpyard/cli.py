@@ -106,7 +106,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # meanwhile must not end it (serve takes SIGHUP over once it serves).
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
-        run_loop(serve(args.config, args.host, args.port, worker_fd=args.worker_fd))
+        run_loop(serve(args.config, args.host, args.port, worker_fd=args.worker_fd,
+                       worker_state=args.worker_state))
     except ConfigError as e:
         print(e, file=sys.stderr)
         return 1
@@ -270,10 +271,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="text: one human-readable line per record; json: one JSON object "
                         "per line, the fields of the Lambda log lines (docs/operations.md)")
     s.add_argument("--workers", default="1", metavar="N",
-                   help="worker processes serving one port and sharing one state file "
-                        "([ledger] path), or auto for one per available core (default 1; "
+                   help="worker processes serving one port and sharing one state ([ledger] "
+                        "path, [store] backend = \"dynamodb\", or without either a private "
+                        "file for the run), or auto for one per available core (default 1; "
                         "docs/operations.md)")
     s.add_argument("--worker-fd", type=int, default=None, help=argparse.SUPPRESS)
+    s.add_argument("--worker-state", default=None, help=argparse.SUPPRESS)
     s.set_defaults(fn=cmd_serve)
     c = sub.add_parser("check", help="validate a configuration file",
                        description="Validate a configuration file and print every problem. "

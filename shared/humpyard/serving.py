@@ -176,7 +176,8 @@ def bound_port(server: Any) -> int | None:
 async def serve(config_path: str, host: str, port: int, *, sock: socket.socket | None = None,
                 on_ready: Callable[[], None] | None = None,
                 stop: asyncio.Event | None = None, surfaces: Collection[str] | None = None,
-                store: Any = None, worker_fd: int | None = None) -> None:
+                store: Any = None, worker_fd: int | None = None,
+                worker_state: str | None = None) -> None:
     """Serve the gateway on ``config_path`` at ``host:port`` until SIGINT or SIGTERM;
     SIGHUP and ``reload_poll_secs`` reload the file. ``ConfigError`` if the file is
     invalid at start.
@@ -196,7 +197,8 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
 
     ``worker_fd`` (a worker of ``serve --workers N``, ``workers.py``): serve the
     listening socket the parent passed at that descriptor, on the state file shared
-    with the other workers, and stop when the parent is gone."""
+    with the other workers (``worker_state``: the parent's private file, when the
+    configuration names no ledger), and stop when the parent is gone."""
     import uvicorn
 
     from humpyard import telemetry
@@ -221,7 +223,7 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
         sock = socket.socket(fileno=worker_fd)
     if worker_fd is not None and fleet.backend_of(cfg) != "dynamodb":
         # the SQLite file shared as live state; on DynamoDB a worker is one serve process
-        app = create_app(cfg, _shared_store(cfg), surfaces=surfaces)
+        app = create_app(cfg, _shared_store(cfg, worker_state), surfaces=surfaces)
     else:
         gateway = fleet.serve_gateway(cfg)
         app = create_app(cfg, gateway=gateway, surfaces=surfaces)
@@ -314,9 +316,12 @@ async def _exit_on(stop: asyncio.Event, server: Any) -> None:
     server.should_exit = True
 
 
-def _shared_store(cfg: Any) -> Any:
+def _shared_store(cfg: Any, private_file: str | None) -> Any:
     from humpyard.clock import SystemClock
     from humpyard.store import open_store
+    if private_file is not None:  # no ledger configured: the run's own file, capped
+        from humpyard.store.sqlite import SharedSQLiteStore
+        return SharedSQLiteStore(private_file, SystemClock(), ledger=False)
     return open_store(cfg.ledger.path if cfg.ledger else None, SystemClock(), shared=True)
 
 

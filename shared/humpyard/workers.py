@@ -9,7 +9,9 @@ The parent process serves nothing itself. It
   the ledger) or ``[store] backend = "dynamodb"`` (each worker opens the
   tables as one ``serve`` process does, ``fleet.py``; the parent opens them
   once first, so missing credentials or a missing table refuse the start);
-  several workers on memory alone are refused;
+  a file that names neither (no ledger: one process would keep its state in
+  memory) gets a private state file for the run, made in a new temporary
+  directory and removed when the parent exits (``PrivateState``);
 - empties a SQLite file's live state (breakers, latency), so a start of the
   whole set starts every endpoint healthy as one process does (DynamoDB's is
   shared with other machines and the Lambda functions, and left alone);
@@ -36,10 +38,12 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -74,8 +78,9 @@ def worker_count(value: str) -> int:
 
 
 def check_shared_config(config_path: str) -> str:
-    """The backend the workers share, ``sqlite`` or ``dynamodb``; ``ConfigError`` when
-    the file is bad or names no store that processes can share."""
+    """The store the workers share: ``sqlite`` (the ``[ledger] path`` file),
+    ``dynamodb`` or ``memory`` (none configured: ``PrivateState``). ``ConfigError``
+    when the file is bad, or names a SQLite database no other process can open."""
     from humpyard.clock import SystemClock
     from humpyard.config import load_config
     from humpyard.fleet import backend_of, check_backend, open_configured_store
@@ -85,12 +90,31 @@ def check_shared_config(config_path: str) -> str:
         check_backend(cfg)
         open_configured_store(cfg, SystemClock()).close()  # credentials, region, tables
         return backend
+    if backend == "memory":
+        return backend
     path = cfg.ledger.path if cfg.ledger is not None else None
-    if backend == "memory" or path is None or path == ":memory:" or path.startswith("file:"):
-        raise ConfigError('serve --workers N (N > 1) needs [ledger] path (a SQLite file) or '
-                          '[store] backend = "dynamodb": the workers share health, latency, '
-                          "overrides, budgets and the ledger through it")
+    if path is None or path == ":memory:" or path.startswith("file:"):
+        raise ConfigError(f"ledger.path: serve --workers N (N > 1) needs a file on the disk "
+                          f"that every worker opens, not {path!r}")
     return backend
+
+
+class PrivateState:
+    """The workers' state file when the configuration names no ledger: a new directory
+    only this user may enter, holding ``state.db`` (``SharedSQLiteStore`` with
+    ``ledger=False``: shared breakers, probe leases, latency, spend and limits; overrides
+    refused and decisions capped, as one process without a ledger), removed by
+    ``close``. A parent killed with SIGKILL leaves it behind in the temporary directory."""
+
+    def __init__(self) -> None:
+        from humpyard.clock import SystemClock
+        from humpyard.store.sqlite import SharedSQLiteStore
+        self.dir = tempfile.mkdtemp(prefix="humpyard-workers-")  # mode 0700
+        self.path = os.path.join(self.dir, "state.db")
+        SharedSQLiteStore(self.path, SystemClock(), ledger=False).close()  # made, migrated
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def reset_live_state(config_path: str) -> None:
@@ -144,11 +168,13 @@ class Supervisor:
         self._stopping = False
         self._reload = False
         self.sock: socket.socket | None = None
+        self.private: PrivateState | None = None  # the state file when no ledger is named
 
     def _command(self, fd: int) -> list[str]:
+        private = ["--worker-state", self.private.path] if self.private is not None else []
         return [sys.executable, "-m", "humpyard.cli", *self.argv, "serve",
                 "--config", self.config_path, "--host", self.host, "--port", str(self.port),
-                *self.serve_args, "--worker-fd", str(fd)]
+                *self.serve_args, "--worker-fd", str(fd), *private]
 
     def _start(self, w: _Worker) -> None:
         assert self.sock is not None
@@ -163,11 +189,18 @@ class Supervisor:
     def run(self) -> int:
         """Serve until SIGTERM or SIGINT; 0 then, 1 when the configuration is bad."""
         try:
-            if check_shared_config(self.config_path) == "sqlite":
+            backend = check_shared_config(self.config_path)
+            if backend == "sqlite":
                 reset_live_state(self.config_path)
+            elif backend == "memory":
+                self.private = PrivateState()
+                log.info("no ledger configured: the workers share a state file of their own "
+                         "for this run, removed at exit (%s); overrides are refused and only "
+                         "the newest decisions are kept, as in one process", self.private.path)
             self.sock = listening_socket(self.host, self.port)
         except (HumpyardError, OSError) as e:  # a bad file, an unwritable ledger, a taken port
             print(e, file=sys.stderr)
+            self._close_private()
             return 1
         signal.signal(signal.SIGTERM, self._on_stop)
         signal.signal(signal.SIGINT, self._on_stop)
@@ -187,8 +220,14 @@ class Supervisor:
         finally:
             self._stop_all()
             self.sock.close()
+            self._close_private()
         log.info("humpyard stopped")
         return 0
+
+    def _close_private(self) -> None:
+        if self.private is not None:
+            self.private.close()
+            self.private = None
 
     def _on_stop(self, signum: int, frame: object) -> None:
         self._stopping = True

@@ -327,25 +327,55 @@ def test_sighup_reloads_every_worker_all_or_nothing(tmp_path: Path, upstream: Fa
         assert server.stop() == 0
 
 
-def test_workers_need_a_ledger_file(tmp_path: Path, upstream: FakeUpstream):
+def test_workers_without_a_ledger_share_a_file_of_their_own(tmp_path: Path):
+    """No ``[ledger]``: the workers still share breakers (and the probe lease, spend and
+    limits) through a private file the parent makes and removes; as in one process
+    without a ledger, overrides are refused and decisions are listed (the newest)."""
+    with FakeUpstream() as bad, FakeUpstream() as good:
+        cfg = tmp_path / "humpyard.toml"  # no [ledger], no [store]
+        cfg.write_text("state_refresh_ms = 200\n" + target(bad.url, "bad")
+                       + target(good.url, "good") + """
+[routes.r]
+targets = ["bad", "good"]
+[health]
+failure_threshold = 1
+cooldown_secs = 60
+""")
+        server = ServeProcess(cfg, tmp_path / "serve.log", args=("--workers", "2")).start()
+        try:
+            private = Path(server.output().split("removed at exit (", 1)[1].split(")", 1)[0])
+            assert private.is_file() and private.name == "state.db"
+            assert oct(private.parent.stat().st_mode & 0o777) == "0o700"
+            bad.script(status(500))
+            assert post(server.url, "r").headers["x-humpyard-target"] == "good"  # trips bad
+            time.sleep(0.6)  # both re-read the breaker within state_refresh_ms
+            pool, answers = on_both_workers(server.url, 12, "r")
+            pool.close()
+            assert {r.headers["x-humpyard-target"] for r in answers} == {"good"}
+            assert len(bad.requests_to(CHAT)) == 1  # the other worker never tried it
+            ids = {r.headers["x-humpyard-request-id"] for r in answers}
+            poll(lambda: ids <= {d["request_id"] for d in httpx.get(
+                server.url + "/v1/decisions", params={"limit": 200}, timeout=10
+            ).json()["decisions"]}, what="every worker's decisions listed")
+            refused = httpx.post(server.url + "/v1/overrides", timeout=10, json={
+                "kind": "disable_target", "subject": "good", "reason": "x",
+                "expires_in_secs": 60})
+            assert refused.status_code == 409, refused.text
+        finally:
+            assert server.stop() == 0
+    assert not private.parent.exists()
+
+
+def test_workers_refuse_a_ledger_no_other_process_can_open(tmp_path: Path,
+                                                          upstream: FakeUpstream):
     cfg = tmp_path / "humpyard.toml"
-    cfg.write_text(target(upstream.url))
+    cfg.write_text(target(upstream.url) + '\n[ledger]\npath = ":memory:"\n')
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}"}
     done = subprocess.run([sys.executable, "-m", "humpyard.cli", "serve", "--config", str(cfg),
                            "--port", "0", "--workers", "2"], env=env, cwd=str(ROOT),
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 1
-    assert "needs [ledger] path" in done.stderr
-    # a memory store named outright is refused too (it used to fall back to the
-    # default ledger file, which the file had not asked for)
-    mem = tmp_path / "memory.toml"
-    mem.write_text(target(upstream.url) + '\n[store]\nbackend = "memory"\n')
-    done = subprocess.run([sys.executable, "-m", "humpyard.cli", "serve", "--config", str(mem),
-                           "--port", "0", "--workers", "2"], env=env, cwd=str(tmp_path),
-                          capture_output=True, text=True, timeout=30)
-    assert done.returncode == 1
-    assert '[store] backend = "dynamodb"' in done.stderr
-    assert list(tmp_path.glob("*.db")) == []
+    assert "ledger.path: serve --workers N (N > 1) needs a file" in done.stderr
     bad = subprocess.run([sys.executable, "-m", "humpyard.cli", "serve", "--config", str(cfg),
                           "--workers", "0"], env=env, cwd=str(ROOT),
                          capture_output=True, text=True, timeout=30)
