@@ -177,7 +177,8 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
                 on_ready: Callable[[], None] | None = None,
                 stop: asyncio.Event | None = None, surfaces: Collection[str] | None = None,
                 store: Any = None, worker_fd: int | None = None,
-                worker_state: str | None = None) -> None:
+                worker_state: str | None = None, worker_dir: str | None = None,
+                worker_index: int = 0) -> None:
     """Serve the gateway on ``config_path`` at ``host:port`` until SIGINT or SIGTERM;
     SIGHUP and ``reload_poll_secs`` reload the file. ``ConfigError`` if the file is
     invalid at start.
@@ -198,7 +199,9 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     ``worker_fd`` (a worker of ``serve --workers N``, ``workers.py``): serve the
     listening socket the parent passed at that descriptor, on the state file shared
     with the other workers (``worker_state``: the parent's private file, when the
-    configuration names no ledger), and stop when the parent is gone."""
+    configuration names no ledger), keep its metrics' snapshot in the run's
+    directory ``worker_dir`` as worker ``worker_index`` (``/metrics`` answers every
+    worker's: ``metrics/sharing.py``), and stop when the parent is gone."""
     import uvicorn
 
     from humpyard import telemetry
@@ -229,6 +232,12 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
         app = create_app(cfg, gateway=gateway, surfaces=surfaces)
     gw = app.state.gateway
     gw.spans = telemetry.from_environ(os.environ)  # None unless OTEL_* asks for traces
+    shared_metrics = None
+    if worker_dir is not None:  # /metrics answers for every worker (metrics/sharing.py)
+        from humpyard.metrics.sharing import WorkerMetrics
+        shared_metrics = WorkerMetrics(worker_dir, worker_index, gw.metrics.metrics)
+        shared_metrics.adopt()  # the counts of the worker this one replaces, if any
+        app.state.shared_metrics = shared_metrics
     reloader = Reloader(config_path, lambda: gw.config, gw.swap_config)
     try:
         loop.add_signal_handler(signal.SIGHUP, reloader.reload)
@@ -258,6 +267,8 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
         tasks.append(asyncio.create_task(_poll_config(reloader, gw)))
     if worker_fd is not None:
         tasks.append(asyncio.create_task(_stop_when_orphaned(os.getppid(), stop)))
+    if shared_metrics is not None:
+        tasks.append(asyncio.create_task(_snapshot_metrics(shared_metrics)))
     # What exists now lives as long as the process: keep it out of the collector's
     # scans, which otherwise walk every module and config object now and then.
     gc.collect()
@@ -276,6 +287,8 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
         if getattr(server, "force_exit", False):
             await _finish_forced(server)
         gw.writer.close()  # written out already, unless the lifespan failed: a no-op
+        if shared_metrics is not None:
+            _write_snapshot(shared_metrics)  # this worker's last counts
         if own_signals:
             log.info("humpyard stopped")
             drain_all()
@@ -323,6 +336,21 @@ def _shared_store(cfg: Any, private_file: str | None) -> Any:
         from humpyard.store.sqlite import SharedSQLiteStore
         return SharedSQLiteStore(private_file, SystemClock(), ledger=False)
     return open_store(cfg.ledger.path if cfg.ledger else None, SystemClock(), shared=True)
+
+
+async def _snapshot_metrics(shared: Any) -> None:
+    """Write a worker's metrics snapshot every ``SNAPSHOT_SECS``, off the loop."""
+    from humpyard.metrics.sharing import SNAPSHOT_SECS
+    while True:
+        await asyncio.sleep(SNAPSHOT_SECS)
+        await asyncio.to_thread(_write_snapshot, shared)
+
+
+def _write_snapshot(shared: Any) -> None:
+    try:
+        shared.write()
+    except OSError as e:  # the run's directory gone (the parent removed it): nothing to do
+        log.warning("could not write the metrics snapshot: %s", e)
 
 
 async def _stop_when_orphaned(parent: int, stop: asyncio.Event) -> None:

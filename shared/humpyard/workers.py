@@ -10,8 +10,11 @@ The parent process serves nothing itself. It
   tables as one ``serve`` process does, ``fleet.py``; the parent opens them
   once first, so missing credentials or a missing table refuse the start);
   a file that names neither (no ledger: one process would keep its state in
-  memory) gets a private state file for the run, made in a new temporary
-  directory and removed when the parent exits (``PrivateState``);
+  memory) gets a private state file for the run (``RunDir``);
+- makes the run's directory (``RunDir``: a new temporary directory, removed
+  when the parent exits) where each worker keeps the snapshot of its metrics
+  that ``/metrics`` merges (``metrics/sharing.py``), and the private state
+  file when there is one;
 - empties a SQLite file's live state (breakers, latency), so a start of the
   whole set starts every endpoint healthy as one process does (DynamoDB's is
   shared with other machines and the Lambda functions, and left alone);
@@ -79,7 +82,7 @@ def worker_count(value: str) -> int:
 
 def check_shared_config(config_path: str) -> str:
     """The store the workers share: ``sqlite`` (the ``[ledger] path`` file),
-    ``dynamodb`` or ``memory`` (none configured: ``PrivateState``). ``ConfigError``
+    ``dynamodb`` or ``memory`` (none configured: ``RunDir``'s state file). ``ConfigError``
     when the file is bad, or names a SQLite database no other process can open."""
     from humpyard.clock import SystemClock
     from humpyard.config import load_config
@@ -99,19 +102,22 @@ def check_shared_config(config_path: str) -> str:
     return backend
 
 
-class PrivateState:
-    """The workers' state file when the configuration names no ledger: a new directory
-    only this user may enter, holding ``state.db`` (``SharedSQLiteStore`` with
-    ``ledger=False``: shared breakers, probe leases, latency, spend and limits; overrides
-    refused and decisions capped, as one process without a ledger), removed by
-    ``close``. A parent killed with SIGKILL leaves it behind in the temporary directory."""
+class RunDir:
+    """The run's own directory, which only this user may enter (``mkdtemp``): each
+    worker's metrics snapshot (``metrics/sharing.py``) and, with ``state``, the workers'
+    state file when the configuration names no ledger: ``state.db``
+    (``SharedSQLiteStore`` with ``ledger=False``: shared breakers, probe leases, latency,
+    spend and limits; overrides refused and decisions capped, as one process without a
+    ledger). ``close`` removes it; a parent killed with SIGKILL leaves it behind."""
 
-    def __init__(self) -> None:
-        from humpyard.clock import SystemClock
-        from humpyard.store.sqlite import SharedSQLiteStore
+    def __init__(self, *, state: bool) -> None:
         self.dir = tempfile.mkdtemp(prefix="humpyard-workers-")  # mode 0700
-        self.path = os.path.join(self.dir, "state.db")
-        SharedSQLiteStore(self.path, SystemClock(), ledger=False).close()  # made, migrated
+        self.state: str | None = None
+        if state:
+            from humpyard.clock import SystemClock
+            from humpyard.store.sqlite import SharedSQLiteStore
+            self.state = os.path.join(self.dir, "state.db")
+            SharedSQLiteStore(self.state, SystemClock(), ledger=False).close()  # made, migrated
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -168,20 +174,23 @@ class Supervisor:
         self._stopping = False
         self._reload = False
         self.sock: socket.socket | None = None
-        self.private: PrivateState | None = None  # the state file when no ledger is named
+        self.run_dir: RunDir | None = None
 
-    def _command(self, fd: int) -> list[str]:
-        private = ["--worker-state", self.private.path] if self.private is not None else []
+    def _command(self, fd: int, index: int) -> list[str]:
+        assert self.run_dir is not None
+        state = ["--worker-state", self.run_dir.state] if self.run_dir.state else []
         return [sys.executable, "-m", "humpyard.cli", *self.argv, "serve",
                 "--config", self.config_path, "--host", self.host, "--port", str(self.port),
-                *self.serve_args, "--worker-fd", str(fd), *private]
+                *self.serve_args, "--worker-fd", str(fd), "--worker-dir", self.run_dir.dir,
+                "--worker-index", str(index), *state]
 
     def _start(self, w: _Worker) -> None:
         assert self.sock is not None
         fd = self.sock.fileno()
         # A session of its own: a terminal's Ctrl-C reaches the parent only, which
         # then stops each worker once (a second signal would cut its drain short).
-        w.proc = subprocess.Popen(self._command(fd), pass_fds=(fd,), start_new_session=True)
+        w.proc = subprocess.Popen(self._command(fd, w.index), pass_fds=(fd,),
+                                  start_new_session=True)
         w.started = time.monotonic()
         log.info("worker %d started pid=%d", w.index, w.proc.pid,
                  extra={"worker": w.index, "pid": w.proc.pid})
@@ -192,15 +201,15 @@ class Supervisor:
             backend = check_shared_config(self.config_path)
             if backend == "sqlite":
                 reset_live_state(self.config_path)
-            elif backend == "memory":
-                self.private = PrivateState()
+            self.run_dir = RunDir(state=backend == "memory")
+            if self.run_dir.state is not None:
                 log.info("no ledger configured: the workers share a state file of their own "
                          "for this run, removed at exit (%s); overrides are refused and only "
-                         "the newest decisions are kept, as in one process", self.private.path)
+                         "the newest decisions are kept, as in one process", self.run_dir.state)
             self.sock = listening_socket(self.host, self.port)
         except (HumpyardError, OSError) as e:  # a bad file, an unwritable ledger, a taken port
             print(e, file=sys.stderr)
-            self._close_private()
+            self._close_run_dir()
             return 1
         signal.signal(signal.SIGTERM, self._on_stop)
         signal.signal(signal.SIGINT, self._on_stop)
@@ -220,14 +229,14 @@ class Supervisor:
         finally:
             self._stop_all()
             self.sock.close()
-            self._close_private()
+            self._close_run_dir()
         log.info("humpyard stopped")
         return 0
 
-    def _close_private(self) -> None:
-        if self.private is not None:
-            self.private.close()
-            self.private = None
+    def _close_run_dir(self) -> None:
+        if self.run_dir is not None:
+            self.run_dir.close()
+            self.run_dir = None
 
     def _on_stop(self, signum: int, frame: object) -> None:
         self._stopping = True

@@ -411,3 +411,36 @@ def _answers(url: str) -> bool:
         return httpx.get(url, timeout=5).status_code == 200
     except httpx.TransportError:
         return False
+
+
+def test_metrics_count_every_workers_requests_and_never_go_down(tmp_path: Path,
+                                                                 upstream: FakeUpstream):
+    """A scrape of the shared port reaches one worker; it answers for all of them
+    (``metrics/sharing.py``), and a worker killed and started again keeps the sum a
+    counter (it used to answer its own counts only: a different number each scrape)."""
+    cfg = write_config(tmp_path, target(upstream.url))
+    server = start(cfg, tmp_path)
+
+    def total() -> float:
+        with fresh_connections() as c:
+            text = c.get(server.url + "/metrics").text
+        return sum(float(x.rsplit(" ", 1)[1]) for x in text.splitlines()
+                   if x.startswith("humpyard_requests_total{") and 'status="200"' in x)
+
+    try:
+        answers = spread(server.url, 40, both=True)
+        sent = len(answers)
+        assert len({worker_of(r.headers["x-humpyard-request-id"]) for r in answers}) == 2
+        poll(lambda: total() == sent, what=f"a scrape to count all {sent} requests")
+        scrapes = [total() for _ in range(8)]  # each on a new connection: either worker
+        assert scrapes == [sent] * 8
+        victim = children(server.pid)[0]
+        os.kill(victim, signal.SIGKILL)
+        poll(lambda: len(children(server.pid)) == 2 and victim not in children(server.pid),
+             what="the parent to start another worker")
+        seen = [total() for _ in range(8)]
+        assert seen == [sent] * 8, seen  # the new worker carries the dead one's counts
+        more = spread(server.url, 10)
+        poll(lambda: total() == sent + len(more), what="the new requests counted")
+    finally:
+        assert server.stop() == 0

@@ -292,5 +292,9 @@ async def metrics(request: Request) -> Response:
     require_admin(request, "the metrics")
     gw = gateway(request)
     gw.refresh_gauges()
-    return PlainTextResponse(prometheus.render(gw.metrics.metrics.collect()),
-                             media_type=prometheus.CONTENT_TYPE)
+    shared = getattr(request.app.state, "shared_metrics", None)
+    if shared is not None:  # a worker of serve --workers N: every worker's counts
+        text = await gw.reads.run(shared.render)  # files: off the loop
+    else:
+        text = prometheus.render(gw.metrics.metrics.collect())
+    return PlainTextResponse(text, media_type=prometheus.CONTENT_TYPE)

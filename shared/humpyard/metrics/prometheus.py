@@ -11,13 +11,26 @@ alert expressions on it have a value from the first scrape.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, cast
-
-if TYPE_CHECKING:
-    from humpyard.metrics.registry import Counter, Gauge, Histogram
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol, cast
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class Family(Protocol):
+    """What a render reads of a metric: a registry's ``Counter``, ``Gauge`` or
+    ``Histogram``, or the merge of several workers' (``metrics/sharing.py``)."""
+
+    name: str
+    help: str
+    kind: str
+    labelnames: tuple[str, ...]
+
+    def samples(self) -> Mapping[tuple[str, ...], Any]: ...
+
+
+class HistogramFamily(Family, Protocol):
+    buckets: tuple[float, ...]
 
 
 def format_value(v: float) -> str:
@@ -49,29 +62,29 @@ def _labels(names: Sequence[str], values: Sequence[str],
     return "{" + ",".join(pairs) + "}" if pairs else ""
 
 
-def render(metrics: Iterable[Counter | Gauge | Histogram]) -> str:
+def render(metrics: Iterable[Family]) -> str:
     """Every metric in order, as one exposition document ending with a newline."""
     lines: list[str] = []
     for m in metrics:
         lines.append(f"# HELP {m.name} {escape_help(m.help)}")
         lines.append(f"# TYPE {m.name} {m.kind}")
         if m.kind == "histogram":
-            _histogram(cast("Histogram", m), lines)
+            _histogram(cast(HistogramFamily, m), lines)
         else:
-            _scalar(cast("Counter | Gauge", m), lines)
+            _scalar(m, lines)
     return "\n".join(lines) + "\n"
 
 
-def _scalar(m: Counter | Gauge, lines: list[str]) -> None:
-    values = m.samples()
+def _scalar(m: Family, lines: list[str]) -> None:
+    values = dict(m.samples())
     if not values and not m.labelnames:
         values = {(): 0.0}
     for key in sorted(values):
         lines.append(f"{m.name}{_labels(m.labelnames, key)} {format_value(values[key])}")
 
 
-def _histogram(m: Histogram, lines: list[str]) -> None:
-    series = m.samples()
+def _histogram(m: HistogramFamily, lines: list[str]) -> None:
+    series = dict(m.samples())
     if not series and not m.labelnames:
         series = {(): ([0] * (len(m.buckets) + 1), 0.0, 0)}
     bounds = [format_value(b) for b in m.buckets] + ["+Inf"]

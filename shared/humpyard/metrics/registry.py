@@ -248,6 +248,22 @@ class Histogram(_Metric):
                 if j < EMF_MAX_VALUES:
                     s.recent[j] = value
 
+    def absorb(self, key: LabelKey, counts: Sequence[int], total: float, count: int) -> None:
+        """Add another histogram's series (per-bucket counts, the last +Inf; its sum and
+        count) to the series ``key``: the counts of a worker this one replaces
+        (``metrics/sharing.py``). Other bucket layouts are refused with ``ValueError``."""
+        if len(key) != len(self.labelnames) or len(counts) != len(self.buckets) + 1:
+            raise ValueError(f"{self.name}: another layout of labels or buckets")
+        with self._lock:
+            s = self._series.get(key)
+            if s is None:
+                self._admit(key)
+                s = self._series[key] = _HistSeries(len(self.buckets) + 1)
+            for i, c in enumerate(counts):
+                s.counts[i] += int(c)
+            s.sum += float(total)
+            s.count += int(count)
+
     def samples(self) -> dict[LabelKey, tuple[list[int], float, int]]:
         """Per series: (per-bucket counts, the last being +Inf; sum; count)."""
         with self._lock:
