@@ -236,8 +236,12 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     if worker_dir is not None:  # /metrics answers for every worker (metrics/sharing.py)
         from humpyard.metrics.sharing import WorkerMetrics
         shared_metrics = WorkerMetrics(worker_dir, worker_index, gw.metrics.metrics)
-        shared_metrics.adopt()  # the counts of the worker this one replaces, if any
-        app.state.shared_metrics = shared_metrics
+        try:
+            shared_metrics.adopt()  # the counts of the worker this one replaces, if any
+            app.state.shared_metrics = shared_metrics
+        except OSError as e:  # the run's directory is gone: /metrics answers for this one
+            log.warning("metrics of the other workers unavailable: %s", e)
+            shared_metrics = None
     reloader = Reloader(config_path, lambda: gw.config, gw.swap_config)
     try:
         loop.add_signal_handler(signal.SIGHUP, reloader.reload)

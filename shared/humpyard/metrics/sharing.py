@@ -173,8 +173,13 @@ class WorkerMetrics:
     def render(self) -> str:
         """The Prometheus text of every worker's counts: this worker's snapshot is
         written first, then every snapshot in the directory is merged. Blocking (files):
-        call it off the event loop."""
-        self.write()
+        call it off the event loop. Without the directory (removed under it), this
+        worker's own counts."""
+        try:
+            self.write()
+        except OSError as e:
+            log.warning("metrics snapshot not written (%s); answering this worker's only", e)
+            return prometheus.render(self.metrics.collect())
         snaps = []
         for path in sorted(self.dir.glob("worker-*.json")):
             try:

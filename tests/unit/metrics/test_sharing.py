@@ -99,3 +99,11 @@ def test_a_first_start_adopts_nothing_and_writes_its_file(tmp_path: Path):
     assert (tmp_path / "worker-3.json").is_file()
     assert m.requests.samples() == {}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["worker-3.json"]  # no temp left
+
+
+def test_without_its_directory_a_worker_answers_for_itself(tmp_path: Path):
+    m = registry()
+    m.requests.inc(route="r", target="t", status="200")
+    w = WorkerMetrics(str(tmp_path / "gone"), 0, m.metrics)
+    text = w.render()
+    assert value(text, 'humpyard_requests_total{route="r",target="t",status="200"}') == 1
