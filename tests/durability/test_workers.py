@@ -223,6 +223,51 @@ budget = { usd = 0.05, period = "day" }
             assert server.stop() == 0
 
 
+@pytest.mark.parametrize("ledger", [True, False])
+def test_per_key_limits_hold_across_workers(tmp_path: Path, ledger: bool):
+    """``max_parallel_requests`` and ``rpm_limit`` count every worker's requests (the
+    counters are in the shared file, with or without a ledger); each worker used to
+    count its own, so two workers let twice the limit through."""
+    with FakeUpstream() as slow, FakeUpstream() as fast:
+        slow.default = delay(1.5, ok("slow"))  # long enough to be in flight together
+        body = target(slow.url, "slow") + target(fast.url, "fast") + """
+[keys.par]
+key_env = "PAR"
+max_parallel_requests = 2
+[keys.rpm]
+key_env = "RPM"
+rpm_limit = 4
+"""
+        if ledger:
+            cfg = write_config(tmp_path, body)
+        else:
+            cfg = tmp_path / "humpyard.toml"
+            cfg.write_text("state_refresh_ms = 200\n" + body)
+        server = ServeProcess(cfg, tmp_path / "serve.log", args=("--workers", "2"),
+                              env={"PAR": "par-secret", "RPM": "rpm-secret"}).start()
+        try:
+            # six at once on new connections, until a round reached both workers: two
+            # are in flight at most, whichever worker took them
+            workers: set[str] = set()
+            for _ in range(10):
+                answers = spread(server.url, 6, model="slow", key="par-secret", parallel=6)
+                assert sorted(r.status_code for r in answers) == [200, 200] + [429] * 4
+                refused = [r for r in answers if r.status_code == 429]
+                assert {r.json()["error"]["code"] for r in refused} == {"rate_limit_exceeded"}
+                workers |= {worker_of(r.headers["x-humpyard-request-id"]) for r in answers}
+                if len(workers) == 2:
+                    break
+            assert len(workers) == 2, "ten rounds all landed on one worker"
+            # four requests a minute, one after another on new connections
+            poll(lambda: time.time() % 60 < 45, timeout=30, what="room left in the minute")
+            seq = [post(server.url, "fast", "rpm-secret") for _ in range(12)]
+            assert [r.status_code for r in seq] == [200] * 4 + [429] * 8
+            assert len({worker_of(r.headers["x-humpyard-request-id"]) for r in seq}) == 2
+            assert len(fast.requests_to(CHAT)) == 4
+        finally:
+            assert server.stop() == 0
+
+
 def test_no_decision_lost_across_workers_and_sigterm_drains_both(tmp_path: Path,
                                                                  upstream: FakeUpstream):
     cfg = write_config(tmp_path, target(upstream.url))

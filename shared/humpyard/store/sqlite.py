@@ -59,7 +59,7 @@ class SQLiteStore(SQLiteLedger, SQLiteOverrides, SQLiteQuota, SQLiteLeases,
         self._live.close()
 
 
-class SharedSQLiteStore(SQLiteLedger, SQLiteOverrides, SQLiteQuota, SQLiteLive):
+class SharedSQLiteStore(SQLiteLedger, SQLiteOverrides, SQLiteQuota, SQLiteLeases, SQLiteLive):
     """A ``SQLiteStore`` whose live state (breakers, latency) is in the file too, for
     several processes on one file (``humpyard serve --workers N``, ``sqlite_live``).
 
@@ -67,6 +67,8 @@ class SharedSQLiteStore(SQLiteLedger, SQLiteOverrides, SQLiteQuota, SQLiteLive):
     serves it through ``SharedState`` like the DynamoDB store, except that
     a view past its age is served while a thread re-reads it
     (``stale_reads_ok``): a read of a local file is never worth a request's wait.
+    Budget leases and per-key limit counters are in the file as for ``SQLiteStore``
+    (``sqlite_leases``), so the workers' limits and reservations are exact across them.
 
     ``ledger=False`` is the private file of workers whose configuration names no
     ledger (``workers.py``): as ``MemoryStore(ledger=False)`` for one process,
