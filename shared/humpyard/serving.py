@@ -249,14 +249,14 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
         pass
     guard = ConnectionGuard(lambda: gw.config.server, raise_open_files_limit(),
                             gw.metrics.connections_refused)
-    # No proxy-header rewriting (humpyard never uses the client's address) and no
-    # "server: uvicorn" header: less work and less to leak on every request.
     def ready() -> None:  # the port it listens on, which --port 0 left to the kernel
         log.info("humpyard serving on http://%s:%d (config %s; at most %d client "
                  "connections)", host, bound_port(server) or port, config_path, guard.cap())
         if on_ready is not None:
             on_ready()
 
+    # No proxy-header rewriting (humpyard never uses the client's address) and no
+    # "server: uvicorn" header: less work and less to leak on every request.
     server = notifying_server(uvicorn.Config(
         app, host=host, port=port, access_log=False, log_config=None,
         timeout_keep_alive=int(cfg.server.keepalive_timeout_secs) or 1,
