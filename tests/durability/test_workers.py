@@ -247,11 +247,13 @@ rpm_limit = 4
                               env={"PAR": "par-secret", "RPM": "rpm-secret"}).start()
         try:
             # six at once on new connections, until a round reached both workers: two
-            # are in flight at most, whichever worker took them
+            # are in flight at most, whichever worker took them (at least one: a slot of
+            # the round before may still be on its way back)
             workers: set[str] = set()
             for _ in range(10):
                 answers = spread(server.url, 6, model="slow", key="par-secret", parallel=6)
-                assert sorted(r.status_code for r in answers) == [200, 200] + [429] * 4
+                codes = [r.status_code for r in answers]
+                assert 1 <= codes.count(200) <= 2 and codes.count(429) >= 4, codes
                 refused = [r for r in answers if r.status_code == 429]
                 assert {r.json()["error"]["code"] for r in refused} == {"rate_limit_exceeded"}
                 workers |= {worker_of(r.headers["x-humpyard-request-id"]) for r in answers}
