@@ -224,9 +224,14 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     surfaces = SURFACES if surfaces is None else surfaces
     if worker_fd is not None:  # a worker of serve --workers N (workers.py)
         sock = socket.socket(fileno=worker_fd)
-    if worker_fd is not None and fleet.backend_of(cfg) != "dynamodb":
+    backend = fleet.backend_of(cfg)
+    if worker_fd is not None and backend != "dynamodb":
         # the SQLite file shared as live state; on DynamoDB a worker is one serve process
         app = create_app(cfg, _shared_store(cfg, worker_state), surfaces=surfaces)
+    elif "client" not in surfaces and backend == "sqlite" and _on_disk(cfg):
+        # humpyard console: serves no requests, so it shows the breakers and latency of
+        # the file (those of serve --workers on it; empty when none runs)
+        app = create_app(cfg, _shared_store(cfg, None), surfaces=surfaces)
     else:
         gateway = fleet.serve_gateway(cfg)
         app = create_app(cfg, gateway=gateway, surfaces=surfaces)
@@ -340,6 +345,11 @@ def _shared_store(cfg: Any, private_file: str | None) -> Any:
         from humpyard.store.sqlite import SharedSQLiteStore
         return SharedSQLiteStore(private_file, SystemClock(), ledger=False)
     return open_store(cfg.ledger.path if cfg.ledger else None, SystemClock(), shared=True)
+
+
+def _on_disk(cfg: Any) -> bool:
+    path = cfg.ledger.path if cfg.ledger is not None else None
+    return path is not None and path != ":memory:" and not path.startswith("file:")
 
 
 async def _snapshot_metrics(shared: Any) -> None:

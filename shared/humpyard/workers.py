@@ -138,6 +138,13 @@ def reset_live_state(config_path: str) -> None:
         store.close()
 
 
+def _reset_quietly(config_path: str) -> None:
+    try:
+        reset_live_state(config_path)
+    except (HumpyardError, OSError) as e:  # the file gone or locked: it is reset at start
+        log.warning("could not empty the live state at exit: %s", e)
+
+
 def listening_socket(host: str, port: int) -> socket.socket:
     """A bound, listening TCP socket the workers inherit."""
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -230,6 +237,8 @@ class Supervisor:
             self._stop_all()
             self.sock.close()
             self._close_run_dir()
+            if backend == "sqlite":  # a console on the file shows no breakers of this run
+                _reset_quietly(self.config_path)
         log.info("humpyard stopped")
         return 0
 

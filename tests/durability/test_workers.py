@@ -491,3 +491,37 @@ def test_metrics_count_every_workers_requests_and_never_go_down(tmp_path: Path,
         poll(lambda: total() == sent + len(more), what="the new requests counted")
     finally:
         assert server.stop() == 0
+
+
+def test_a_console_on_the_file_shows_the_workers_breakers(tmp_path: Path):
+    """``humpyard console`` next to ``serve --workers``: it shows the endpoint health
+    the workers share in the file (it used to show its own, always healthy); a console
+    started after the workers have stopped shows none of their breakers."""
+    with FakeUpstream() as bad, FakeUpstream() as good:
+        cfg = write_config(tmp_path, target(bad.url, "bad") + target(good.url, "good") + """
+[routes.r]
+targets = ["bad", "good"]
+[health]
+failure_threshold = 1
+cooldown_secs = 60
+""")
+        server = start(cfg, tmp_path)
+        console = ServeProcess(cfg, tmp_path / "console.log", command="console").start()
+
+        def state(proc: ServeProcess) -> str:
+            body = httpx.get(proc.url + "/v1/health", timeout=10).json()
+            return next(e["state"] for e in body["endpoints"] if e["target"] == "bad")
+
+        try:
+            bad.script(status(500))
+            assert post(server.url, "r").headers["x-humpyard-target"] == "good"  # trips bad
+            poll(lambda: state(console) == "cooling_down", what="the console to see it")
+            assert server.stop() == 0
+            later = ServeProcess(cfg, tmp_path / "later.log", command="console").start()
+            try:
+                assert state(later) == "healthy"
+            finally:
+                later.stop()
+        finally:
+            server.stop()
+            console.stop()
