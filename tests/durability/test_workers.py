@@ -60,6 +60,17 @@ endpoints = [{{ provider = "{name}", model = "m"{extra} }}]
 """
 
 
+def bad_then_good(bad: str, good: str, cooldown: int) -> str:
+    """Route ``r``: target ``bad`` then ``good``; one failure trips a breaker."""
+    return target(bad, "bad") + target(good, "good") + f"""
+[routes.r]
+targets = ["bad", "good"]
+[health]
+failure_threshold = 1
+cooldown_secs = {cooldown}
+"""
+
+
 def worker_of(request_id: str) -> str:
     """The per-process part of a request id (``req_<16 hex time><8 hex process><counter>``)."""
     return request_id[20:28]
@@ -146,13 +157,7 @@ def start(cfg: Path, tmp: Path, name: str = "serve.log") -> ServeProcess:
 
 def test_one_probe_per_cooldown_end_across_workers(tmp_path: Path):
     with FakeUpstream() as bad, FakeUpstream() as good:
-        cfg = write_config(tmp_path, target(bad.url, "bad") + target(good.url, "good") + """
-[routes.r]
-targets = ["bad", "good"]
-[health]
-failure_threshold = 1
-cooldown_secs = 5
-""")
+        cfg = write_config(tmp_path, bad_then_good(bad.url, good.url, 5))
         server = start(cfg, tmp_path)
         try:
             assert len(children(server.pid)) == 2
@@ -380,14 +385,7 @@ def test_workers_without_a_ledger_share_a_file_of_their_own(tmp_path: Path):
     without a ledger, overrides are refused and decisions are listed (the newest)."""
     with FakeUpstream() as bad, FakeUpstream() as good:
         cfg = tmp_path / "humpyard.toml"  # no [ledger], no [store]
-        cfg.write_text("state_refresh_ms = 200\n" + target(bad.url, "bad")
-                       + target(good.url, "good") + """
-[routes.r]
-targets = ["bad", "good"]
-[health]
-failure_threshold = 1
-cooldown_secs = 60
-""")
+        cfg.write_text("state_refresh_ms = 200\n" + bad_then_good(bad.url, good.url, 60))
         server = ServeProcess(cfg, tmp_path / "serve.log", args=("--workers", "2")).start()
         try:
             private = Path(server.output().split("removed at exit (", 1)[1].split(")", 1)[0])
@@ -498,13 +496,7 @@ def test_a_console_on_the_file_shows_the_workers_breakers(tmp_path: Path):
     the workers share in the file (it used to show its own, always healthy); a console
     started after the workers have stopped shows none of their breakers."""
     with FakeUpstream() as bad, FakeUpstream() as good:
-        cfg = write_config(tmp_path, target(bad.url, "bad") + target(good.url, "good") + """
-[routes.r]
-targets = ["bad", "good"]
-[health]
-failure_threshold = 1
-cooldown_secs = 60
-""")
+        cfg = write_config(tmp_path, bad_then_good(bad.url, good.url, 60))
         server = start(cfg, tmp_path)
         console = ServeProcess(cfg, tmp_path / "console.log", command="console").start()
 
