@@ -60,6 +60,17 @@ class Body:
         self._release()
         self._finish()
 
+    def _abandoned(self, e: BaseException) -> BaseException:
+        """A wait on the connection failed with ``e``: the body is ended, and this is
+        what to raise: a wait past the idle limit as this body's ``failure`` (with no
+        context, as ``raise ... from None``), anything else as it came."""
+        self._end()
+        if not isinstance(e, TimeoutError):
+            return e
+        failure = timed_out(self._failure, self._timeout, self._conn.addr)
+        failure.__suppress_context__ = True
+        return failure
+
     def _finish(self) -> None:
         on_end, self._on_end = self._on_end, None
         if on_end is not None:
@@ -93,12 +104,8 @@ class Body:
                 raise failure
             try:
                 await conn.wait(self._timeout)
-            except TimeoutError:
-                self._end()
-                raise timed_out(self._failure, self._timeout, conn.addr) from None
-            except BaseException:
-                self._end()
-                raise
+            except BaseException as e:
+                raise self._abandoned(e)  # noqa: B904 - _abandoned says what it chains
 
     async def splice(self, sink: Callable[[bytes], int],
                      drain: Callable[[], Awaitable[None]]) -> None:
@@ -110,12 +117,8 @@ class Body:
             return
         try:
             await conn.splice(sink, self._timeout, drain)
-        except TimeoutError:
-            self._end()
-            raise timed_out(self._failure, self._timeout, conn.addr) from None
-        except BaseException:
-            self._end()
-            raise
+        except BaseException as e:
+            raise self._abandoned(e)  # noqa: B904 - _abandoned says what it chains
 
     async def aclose(self) -> None:
         """Stop reading: a connection whose answer is not all in is closed."""
