@@ -15,36 +15,6 @@ from humpyard.errors import ConfigError
 log = logging.getLogger("humpyard")
 
 
-def _setup_logging(level: str = "INFO", *, buffered: bool = False,
-                   json_lines: bool = False) -> None:
-    """Log to stderr; ``buffered`` (the long-running commands) writes through a
-    buffer drained a few times a second (``logsink.py``), one JSON object per
-    line with ``json_lines`` (``serve --log-format json``)."""
-    if buffered:
-        from humpyard.logsink import BufferedStderr, JsonLineFormatter
-        # The line format uses no thread or process name and no source file or
-        # line: not collecting them (the logging HOWTO's "Optimization") makes each
-        # record cheaper (docs/decisions/0003-performance.md). The JSON lines carry
-        # the source location, as the Lambda lines do, so they keep collecting it.
-        logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
-        if not json_lines:
-            logging._srcfile = None  # type: ignore[attr-defined]
-        handler = BufferedStderr()
-        if json_lines:
-            handler.setFormatter(JsonLineFormatter())
-        logging.basicConfig(level=level, handlers=[handler])
-    else:
-        from humpyard.logsink import FORMAT, EscapingFormatter
-        plain = logging.StreamHandler()
-        plain.setFormatter(EscapingFormatter(FORMAT))
-        logging.basicConfig(level=level, handlers=[plain])
-    # httpx logs every upstream call at INFO; the gateway logs its own line per request.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    # httpcore's DEBUG trace prints upstream response headers verbatim, and an
-    # upstream may echo the provider key (or set cookies) in them.
-    logging.getLogger("httpcore").setLevel(logging.INFO)
-
-
 def cmd_check(args: argparse.Namespace) -> int:
     """Exit 1 on any problem; an unset key variable is only a warning without ``--strict``
     (``serve`` still refuses an unset client key variable: docs/configuration.md)."""
@@ -394,7 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    _setup_logging(args.log_level, buffered=args.command in ("serve", "demo", "console"),
+    from humpyard.logsink import setup_logging
+    setup_logging(args.log_level, buffered=args.command in ("serve", "demo", "console"),
                    json_lines=getattr(args, "log_format", "text") == "json")
     return int(args.fn(args) or 0)
 

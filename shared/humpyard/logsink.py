@@ -182,3 +182,31 @@ class JsonLineFormatter(logging.Formatter):
         elif record.exc_text:
             out["exception"] = record.exc_text
         return json.dumps(out, default=str, separators=(",", ":"))
+
+
+def setup_logging(level: str = "INFO", *, buffered: bool = False,
+                   json_lines: bool = False) -> None:
+    """The ``humpyard`` command's logging: to stderr; ``buffered`` (the long-running
+    commands) through ``BufferedStderr``, one JSON object per line with
+    ``json_lines`` (``serve --log-format json``)."""
+    if buffered:
+        # The line format uses no thread or process name and no source file or
+        # line: not collecting them (the logging HOWTO's "Optimization") makes each
+        # record cheaper (docs/decisions/0003-performance.md). The JSON lines carry
+        # the source location, as the Lambda lines do, so they keep collecting it.
+        logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
+        if not json_lines:
+            logging._srcfile = None  # type: ignore[attr-defined]
+        handler = BufferedStderr()
+        if json_lines:
+            handler.setFormatter(JsonLineFormatter())
+        logging.basicConfig(level=level, handlers=[handler])
+    else:
+        plain = logging.StreamHandler()
+        plain.setFormatter(EscapingFormatter(FORMAT))
+        logging.basicConfig(level=level, handlers=[plain])
+    # httpx logs every upstream call at INFO; the gateway logs its own line per request.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    # httpcore's DEBUG trace prints upstream response headers verbatim, and an
+    # upstream may echo the provider key (or set cookies) in them.
+    logging.getLogger("httpcore").setLevel(logging.INFO)
