@@ -206,9 +206,10 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
 
     from humpyard import telemetry
     from humpyard.config import load_config
-    from humpyard.http.app import SURFACES, create_app
+    from humpyard.http.app import CLIENT, SURFACES, create_app
     from humpyard.logsink import BufferedStderr, drain_all, flush_periodically
     from humpyard.reload import Reloader
+    from humpyard.store import file_on_disk
     loop = asyncio.get_running_loop()
     server: Any = None
     own_signals = stop is None
@@ -228,7 +229,8 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     if worker_fd is not None and backend != "dynamodb":
         # the SQLite file shared as live state; on DynamoDB a worker is one serve process
         app = create_app(cfg, _shared_store(cfg, worker_state), surfaces=surfaces)
-    elif "client" not in surfaces and backend == "sqlite" and _on_disk(cfg):
+    elif CLIENT not in surfaces and backend == "sqlite" and file_on_disk(
+            cfg.ledger.path if cfg.ledger is not None else None):
         # humpyard console: serves no requests, so it shows the breakers and latency of
         # the file (those of serve --workers on it; empty when none runs)
         app = create_app(cfg, _shared_store(cfg, None), surfaces=surfaces)
@@ -345,11 +347,6 @@ def _shared_store(cfg: Any, private_file: str | None) -> Any:
         from humpyard.store.sqlite import SharedSQLiteStore
         return SharedSQLiteStore(private_file, SystemClock(), ledger=False)
     return open_store(cfg.ledger.path if cfg.ledger else None, SystemClock(), shared=True)
-
-
-def _on_disk(cfg: Any) -> bool:
-    path = cfg.ledger.path if cfg.ledger is not None else None
-    return path is not None and path != ":memory:" and not path.startswith("file:")
 
 
 async def _snapshot_metrics(shared: Any) -> None:

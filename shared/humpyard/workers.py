@@ -87,6 +87,7 @@ def check_shared_config(config_path: str) -> str:
     from humpyard.clock import SystemClock
     from humpyard.config import load_config
     from humpyard.fleet import backend_of, check_backend, open_configured_store
+    from humpyard.store import file_on_disk
     cfg = load_config(config_path)
     backend = backend_of(cfg)
     if backend == "dynamodb":
@@ -96,7 +97,7 @@ def check_shared_config(config_path: str) -> str:
     if backend == "memory":
         return backend
     path = cfg.ledger.path if cfg.ledger is not None else None
-    if path is None or path == ":memory:" or path.startswith("file:"):
+    if not file_on_disk(path):
         raise ConfigError(f"ledger.path: serve --workers N (N > 1) needs a file on the disk "
                           f"that every worker opens, not {path!r}")
     return backend

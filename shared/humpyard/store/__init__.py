@@ -32,8 +32,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BackgroundWriter", "LedgerBatch", "LedgerStore", "LiveStateStore", "MemoryStore",
-    "OverrideStore", "QuotaStore", "SQLiteStore", "Store", "open_store", "run",
+    "OverrideStore", "QuotaStore", "SQLiteStore", "Store", "file_on_disk", "open_store", "run",
 ]
+
+
+def file_on_disk(config_ledger_path: str | None) -> bool:
+    """Whether ``[ledger] path`` names a SQLite file other processes can open too (not
+    ``":memory:"`` or a ``file:`` URI): what ``serve --workers`` and a console share."""
+    return (config_ledger_path is not None and config_ledger_path != ":memory:"
+            and not config_ledger_path.startswith("file:"))
 
 
 def open_store(config_ledger_path: str | None, clock: Clock, *, shared: bool = False) -> Store:
