@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, NamedTuple
+
+from humpyard import jsonfast
 
 
 class Request(NamedTuple):
@@ -29,4 +30,4 @@ class Answer(NamedTuple):
 
 
 def dumps(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    return jsonfast.dumps_bytes(body)

@@ -20,6 +20,7 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
+from humpyard import jsonfast
 from humpyard.config.spec import AnswerLimits
 from humpyard.errors import UpstreamError
 from humpyard.executor.direct import Relay, direct, plain_chat
@@ -87,7 +88,7 @@ async def hold_back(resp: UpstreamResponse, wanted_usage: bool = True,
                 ended = True
                 continue
             try:
-                obj = json.loads(ev.data)
+                obj = jsonfast.loads(ev.data)
             except ValueError:
                 return HeldStream(error=redact(f"upstream sent an invalid stream event: "
                                                f"{ev.data[:200]!r}", secrets))
@@ -153,7 +154,7 @@ async def _relay(held: list[SSEEvent], events: Events,
         for ev in evs:
             if '"usage"' in ev.data or '"error"' in ev.data:
                 try:
-                    obj = json.loads(ev.data)
+                    obj = jsonfast.loads(ev.data)
                 except ValueError:
                     obj = None
                 if isinstance(obj, dict):

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from humpyard import jsonfast
+
 MAX_PAGE = 1000
 
 FAILURE_OUTCOMES = frozenset({"failed", "stream_broken"})
@@ -111,7 +113,7 @@ def decision_row(decision: Mapping[str, Any]) -> DecisionRow:
     if ts is None:
         raise ValueError(f"decision {rid}: ts must be a finite number of epoch seconds")
     try:
-        body = json.dumps(decision, separators=(",", ":"))
+        body = jsonfast.dumps_text(decision)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"decision {rid} is not JSON-serialisable: {exc}") from exc
     raw_usage = decision.get("usage")
