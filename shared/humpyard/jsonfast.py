@@ -1,7 +1,7 @@
 """JSON on the request path: orjson's speed, the standard library's answers.
 
-A relayed stream's record, its upstream request and the events the relay
-looks into are JSON; the standard library's encoder and decoder were about a
+A request's body, its upstream request, the events the relay looks into
+and the record are JSON; the standard library's encoder and decoder were about a
 twelfth of the event loop's time under a thousand paced streams (ADR 0027).
 These functions give what ``json`` gives, through orjson wherever orjson
 would read or write the same document, and through ``json`` itself where it
@@ -13,6 +13,8 @@ would not, so every caller keeps its ``json`` contract:
   orjson reads an integer past 64 bits as a float, where ``json`` keeps it an
   ``int``: a document with nineteen digits in a row anywhere
   (a negative integer past 64 bits may have nineteen) goes to ``json``.
+  ``read_plain`` is that first step alone, for a caller with its own
+  ``json`` reading (the request's intake and its error messages).
 - ``dumps_bytes`` is ``json.dumps(obj, separators=(",", ":"),
   ensure_ascii=False).encode()``; ``dumps_text`` is ``json.dumps(obj,
   separators=(",", ":"))``, but with characters written as UTF-8 rather than
@@ -49,15 +51,28 @@ def _refuse(obj: Any) -> Any:
     raise TypeError  # a type orjson would pass through: json decides
 
 
+def read_plain(raw: bytes) -> Any:
+    """orjson's reading of ``raw`` where it is ``json.loads``'s, else None.
+
+    A value comes back for UTF-8 JSON with finite numbers, integers within 64
+    bits, no lone surrogate and no more than 1,024 levels: then ``json.loads``,
+    with or without ``parse_float``/``parse_int``/``parse_constant`` hooks that
+    refuse the rest, reads the same. None for anything else, and for ``null``:
+    the caller's own ``json`` reading decides (for the request's intake, with
+    its error messages)."""
+    if _LONG_DIGITS in raw.translate(_DIGITS_AS_ZERO):
+        return None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+
+
 def loads(data: str | bytes) -> Any:
     """``json.loads(data)``."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
-    if _LONG_DIGITS not in raw.translate(_DIGITS_AS_ZERO):
-        try:
-            return orjson.loads(data)
-        except orjson.JSONDecodeError:
-            pass
-    return json.loads(data)
+    value = read_plain(raw)
+    return value if value is not None else json.loads(data)
 
 
 def dumps_bytes(obj: Any) -> bytes:

@@ -4,7 +4,9 @@ Each function must answer what ``json`` answers: the same value read, the same
 document written (compared by reading both back: orjson and ``json`` spell
 some floats differently, ``1e16`` and ``1e+16``), and, where ``json`` raises,
 an exception of the same class. The module's two documented differences are
-checked as such.
+checked as such. The request's intake (``http/body.py``) reads through
+orjson too, and must answer, value or refusal word for word, as its own
+standard-library path does.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from humpyard import jsonfast
+from humpyard.errors import RequestError
+from humpyard.http.body import parse_json, parse_json_std
 
 
 def same(a: Any, b: Any) -> bool:
@@ -195,3 +199,43 @@ def test_the_documented_differences() -> None:
     assert json.loads(jsonfast.dumps_text([Kind.A])) == ["a"]
     with pytest.raises(TypeError):
         json.dumps([Kind.A])
+
+
+# -- the request's intake: parse_json against its standard-library path ---------
+
+def intake_outcome(fn: Any, raw: bytes) -> tuple[str, Any]:
+    try:
+        return "ok", fn(raw)
+    except RequestError as exc:
+        return "refused", str(exc)
+
+
+def assert_intake_reads_as_json_does(raw: bytes) -> None:
+    want, got = intake_outcome(parse_json_std, raw), intake_outcome(parse_json, raw)
+    assert want[0] == got[0], (raw, want, got)
+    if want[0] == "ok":
+        assert same(want[1], got[1]), (raw, want, got)
+    else:
+        assert got[1] == want[1], (raw, want, got)  # the same words
+
+
+INTAKE_CORPUS = [t.encode("utf-8", "surrogatepass") for t in READ_CORPUS if t] + [
+    b'{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}',
+    b'{"n":' + b"9" * 5000 + b"}", b'{"a":' + b"[" * 65 + b"]" * 65 + b"}",
+    b'{"a":' + b"[" * 64 + b"]" * 63 + b"}", b'{"a":' + b"[" * 63 + b"]" * 63 + b"}",
+    b'"\\ud83d\\ude00"', b'"\\udc00\\ud800"', b'"\xed\xa0\x80"', b'"\xc0\xaf"', b'"\xff"',
+    b"\xef\xbb\xbf{}", b"null", b"[-Infinity]", b'{"x":1e309}', b'{"x":-1e-400}',
+]
+
+
+@pytest.mark.parametrize("raw", INTAKE_CORPUS, ids=range(len(INTAKE_CORPUS)))
+def test_the_intake_reads_a_body_as_its_json_path_does(raw: bytes) -> None:
+    assert_intake_reads_as_json_does(raw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_the_intake_reads_any_value_as_its_json_path_does(value: Any) -> None:
+    assert_intake_reads_as_json_does(json.dumps(value).encode())
+    assert_intake_reads_as_json_does(json.dumps(value, ensure_ascii=False).encode(
+        "utf-8", "surrogatepass"))
