@@ -99,11 +99,16 @@ def test_loads_reads_odd_bytes_as_json_does(raw: bytes) -> None:
     assert_loads_like_json(raw)
 
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                max_size=4),
-    max_leaves=20)
+def values(floats: st.SearchStrategy[float]) -> st.SearchStrategy[Any]:
+    """JSON-shaped values: lists and string-keyed dicts of scalars."""
+    return st.recursive(
+        st.none() | st.booleans() | st.integers() | floats | st.text(),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                    max_size=4),
+        max_leaves=20)
+
+
+json_values = values(st.floats())
 
 
 @settings(max_examples=400, deadline=None)
@@ -168,12 +173,7 @@ def test_dumps_writes_as_json_does(value: Any) -> None:
     assert_dumps_like_json(value)
 
 
-finite_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                max_size=4),
-    max_leaves=20)
+finite_values = values(st.floats(allow_nan=False, allow_infinity=False))
 
 
 @settings(max_examples=400, deadline=None)
