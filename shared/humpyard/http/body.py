@@ -82,7 +82,7 @@ def parse_json(raw: bytes) -> Any:
     if data is None:
         return parse_json_std(raw)
     if nests_deeper(raw, MAX_JSON_DEPTH):
-        raise RequestError(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
+        raise _too_deep()
     return data
 
 
@@ -97,11 +97,11 @@ def parse_json_std(raw: bytes) -> Any:
         data = json.loads(text, parse_constant=_no_constant, parse_float=_finite,
                           parse_int=_integer)
     except RecursionError:
-        raise RequestError(f"request body nests deeper than {MAX_JSON_DEPTH} levels") from None
+        raise _too_deep() from None
     except ValueError as e:
         raise RequestError(f"request body is not valid JSON: {e}") from None
     if nests_deeper(raw, MAX_JSON_DEPTH):
-        raise RequestError(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
+        raise _too_deep()
     if _SURROGATE_ESCAPE.search(text):
         try:  # a \uD800-\uDFFF escape that is not half of a pair is not a character
             json.dumps(data, ensure_ascii=False).encode()
@@ -109,6 +109,10 @@ def parse_json_std(raw: bytes) -> Any:
             raise RequestError("request body has a \\u escape that is not a character "
                                "(an unpaired surrogate)") from None
     return data
+
+
+def _too_deep() -> RequestError:
+    return RequestError(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
 
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
