@@ -44,6 +44,7 @@ from humpyard.aws.env import LambdaEnv
 from humpyard.aws.flush import FlushMiddleware
 from humpyard.clock import FakeClock
 from humpyard.http.app import create_app
+from tests.support.fresh_stack import on_fresh_stack
 from tests.unit.aws.moto_support import LEDGER, STATE
 from tests.unit.aws.write_units import WriteUnits
 
@@ -129,9 +130,12 @@ def run_heat(client: Any, clock: FakeClock, tmp_path: Path, *, text: str, instan
         for c in clients:
             await c.aclose()
 
-    asyncio.run(serve())
-    for inst, _ in served:
-        inst.close()  # the last flush of stats and latency: billed like the rest
+    def serve_and_close() -> None:
+        asyncio.run(serve())
+        for inst, _ in served:
+            inst.close()  # the last flush of stats and latency: billed like the rest
+
+    on_fresh_stack(serve_and_close)  # 220 s under pytest otherwise (tests/support/fresh_stack.py)
     return writes
 
 
