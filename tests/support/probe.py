@@ -13,10 +13,19 @@ running, and checks that the probe was served throughout::
 
 ``rss_mb(pid)`` and ``peak_rss_mb(pid)`` read ``/proc/<pid>/status`` (VmRSS,
 VmHWM) of a real ``humpyard serve`` child (``tests/durability/process.py``).
+
+The probe times its requests in the test's own process, which late in a full
+run holds millions of objects: one full collection there, triggered by the
+attacker's or the fake upstream's allocations, held every thread for
+300-500 ms and read as a stalled gateway (probe p99 490 ms against a quiet
+5 ms, the gateway's p50 unchanged). So while a probe is open the test
+process's heap is frozen (``gc.freeze``): a collection then walks only the
+objects made since, and what the probe measures is the gateway.
 """
 
 from __future__ import annotations
 
+import gc
 import statistics
 import threading
 import time
@@ -33,6 +42,25 @@ MSG = [{"role": "user", "content": "ping"}]
 # millisecond-scale quiet figure from failing a test whose gateway did not stall.
 SLACK_SECS = 0.05
 T = TypeVar("T")
+_frozen = 0  # open probes; the heap is frozen while any is (``gc.freeze`` is per process)
+_frozen_lock = threading.Lock()
+
+
+def _freeze_heap() -> None:
+    global _frozen
+    with _frozen_lock:
+        if _frozen == 0:
+            gc.collect()  # the garbage goes first: a frozen object is never freed
+            gc.freeze()
+        _frozen += 1
+
+
+def _thaw_heap() -> None:
+    global _frozen
+    with _frozen_lock:
+        _frozen -= 1
+        if _frozen == 0:
+            gc.unfreeze()
 
 
 @dataclass
@@ -72,13 +100,17 @@ class Probe:
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> Probe:
+        _freeze_heap()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(30)
-        self._client.close()
+        try:
+            self._stop.set()
+            if self._thread is not None:
+                self._thread.join(30)
+            self._client.close()
+        finally:
+            _thaw_heap()
 
     def once(self, into: Figures) -> None:
         t0 = time.perf_counter()
