@@ -167,7 +167,6 @@ class SerialMotoServer:
             def _server_entry(self) -> None:
                 from moto.moto_server.werkzeug_app import (
                     DomainDispatcherApplication,
-                    MotoRequestHandler,
                     create_backend_app,
                 )
                 from werkzeug.serving import make_server
@@ -180,8 +179,9 @@ class SerialMotoServer:
                         calls[target.rpartition(".")[2] or "other"] += 1
                         return list(dispatch(environ, start_response))
 
-                self._server = make_server(self._ip_address, self._port, app, True,
-                                           request_handler=MotoRequestHandler)
+                # werkzeug's own request handler: moto's (5.2 on) only keeps the
+                # spelling of S3 metadata headers, which DynamoDB never sends
+                self._server = make_server(self._ip_address, self._port, app, True)
                 self._server_ready_event.set()
                 self._server.serve_forever()
 
