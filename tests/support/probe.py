@@ -50,7 +50,7 @@ def _freeze_heap() -> None:
     global _frozen
     with _frozen_lock:
         if _frozen == 0:
-            gc.collect()  # the garbage goes first: a frozen object is never freed
+            gc.collect()  # the garbage goes first: the collector never frees a frozen object
             gc.freeze()
         _frozen += 1
 
