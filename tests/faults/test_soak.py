@@ -1,6 +1,6 @@
 """A bounded soak: mixed traffic and upstream faults at 32 concurrent connections.
 
-``HUMPYARD_SOAK_SECS`` sets the measured phase (default 20; ``make soak``
+``HUMPYARD_SOAK_SECS`` sets the measured phase (default 10; ``make soak``
 runs 120). After a warm-up the test measures, and at the end asserts:
 
 - every answer's status is in the set its kind of request allows, every
@@ -80,7 +80,7 @@ from tests.support.steps import (
     stream_then_fail,
 )
 
-SOAK_SECS = float(os.environ.get("HUMPYARD_SOAK_SECS", "20"))
+SOAK_SECS = float(os.environ.get("HUMPYARD_SOAK_SECS", "10"))
 WARMUP_SECS = min(5.0, max(2.0, SOAK_SECS * 0.1))
 CONNECTIONS = 32
 A_TIMEOUT = 1.0
