@@ -3,14 +3,16 @@
 ``Reloader.reload()`` loads the file again; a valid result is swapped into the
 gateway (health, latency and unchanged routes' state carry over), an invalid
 one is logged with the reason and changes nothing. ``poll()`` does the same
-when the modification time or size of the file, or of a file it includes, changed.
+when the modification time or size of the file, or of a file it includes, changed
+and has held still for one more look (``FileWatch``: never a file caught half
+written).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from humpyard.config.load import load_config
 from humpyard.config.spec import Config
@@ -29,33 +31,78 @@ def pool_changes(old: Config, new: Config) -> list[str]:
     return out
 
 
+def file_stamps(path: str,
+                includes: Sequence[str]) -> tuple[tuple[int, int] | None, ...] | None:
+    """The modification time and size of ``path`` and of each file it includes (None
+    for an included file that cannot be read): a change of any says the configuration
+    may have. None while ``path`` itself cannot be read (being replaced, say)."""
+    stamps: list[tuple[int, int] | None] = []
+    for i, p in enumerate((path, *includes)):
+        try:
+            st = os.stat(p)
+        except OSError:
+            if i == 0:
+                return None
+            stamps.append(None)
+            continue
+        stamps.append((st.st_mtime_ns, st.st_size))
+    return tuple(stamps)
+
+
+class FileWatch:
+    """Whether a configuration's files changed since they were loaded, and have held
+    still since: a change is due once two looks in a row see the same stamps. A file
+    written in place is first emptied, then written; a look in between sees a file
+    that may well be valid (an empty one is: no targets) and must not load it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.loaded = self.seen = file_stamps(path, ())
+
+    def mark(self, includes: Sequence[str]) -> None:
+        """Taken just before loading: what the load reads is at least this new."""
+        self.loaded = self.seen = file_stamps(self.path, includes)
+
+    def due(self, includes: Sequence[str]) -> bool:
+        stamp = file_stamps(self.path, includes)
+        still = stamp == self.seen
+        self.seen = stamp
+        return stamp is not None and stamp != self.loaded and still
+
+
 class Reloader:
-    """Reloads one file into ``apply`` (usually ``Gateway.swap_config``)."""
+    """Reloads one file into ``apply`` (usually ``Gateway.swap_config``).
+
+    ``load`` and ``stamp`` replace reading the file and watching its files (a worker
+    of ``serve --workers N`` loads what its parent checked and published, whose
+    generation is ``stamp``: ``workers.PublishedConfig``; ``loaded`` is the
+    generation it loaded at its start)."""
 
     def __init__(self, path: str, current: Callable[[], Config], apply: Callable[[Config], None],
-                 env: Mapping[str, str] | None = None):
+                 env: Mapping[str, str] | None = None, *,
+                 load: Callable[[], Config] | None = None,
+                 stamp: Callable[[], Hashable] | None = None,
+                 loaded: Hashable = None):
         self.path = path
         self.current = current
         self.apply = apply
         self.env = env
-        self._stamp = self._stat()
-
-    def _stat(self) -> tuple[tuple[float, int] | None, ...]:
-        stamps: list[tuple[float, int] | None] = []
-        for p in (self.path, *self.current().includes):
-            try:
-                st = os.stat(p)
-            except OSError:
-                stamps.append(None)
-                continue
-            stamps.append((st.st_mtime, st.st_size))
-        return tuple(stamps)
+        self._load = load or (lambda: load_config(self.path, self.env))
+        self._stamp = stamp
+        self._watch = FileWatch(path) if stamp is None else None
+        if self._watch is not None:
+            self._watch.mark(current().includes)
+        self._loaded = stamp() if stamp is not None and loaded is None else loaded
 
     def reload(self) -> bool:
         """Load and apply the file; False (and a log line) if it is invalid."""
-        self._stamp = self._stat()
+        if self._watch is not None:
+            self._watch.mark(self.current().includes)
+        else:
+            assert self._stamp is not None
+            self._loaded = self._stamp()
         try:
-            new = load_config(self.path, self.env)
+            new = self._load()
         except ConfigError as e:
             log.error("reload rejected; the previous configuration keeps serving: %s", e)
             return False
@@ -67,8 +114,14 @@ class Reloader:
         return True
 
     def poll(self) -> bool | None:
-        """Reload if the file changed since the last look; None when unchanged."""
-        stamp = self._stat()
-        if stamp[0] is None or stamp == self._stamp:
-            return None
+        """Reload if the files changed since the last load and held still since the
+        last look (the published generation: if it changed); None when not."""
+        if self._watch is not None:
+            if not self._watch.due(self.current().includes):
+                return None
+        else:
+            assert self._stamp is not None
+            now = self._stamp()
+            if now is None or now == self._loaded:  # None: nothing published to load
+                return None
         return self.reload()

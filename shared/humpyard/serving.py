@@ -216,7 +216,14 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     if stop is None:
         stop = asyncio.Event()
         _own_stop_signals(loop, stop, lambda: server)
-    cfg = load_config(config_path)
+    published = None
+    if worker_dir is not None:  # the parent's checked configuration, never the file
+        from humpyard.workers import PublishedConfig
+        published = PublishedConfig(worker_dir, config_path)
+        generation = published.generation()
+        cfg = published.load()
+    else:
+        cfg = load_config(config_path)
     for w in cfg.warnings:
         log.warning("%s", w)
     from humpyard import fleet  # [store]: docs/configuration.md
@@ -249,11 +256,18 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
         except OSError as e:  # the run's directory is gone: /metrics answers for this one
             log.warning("metrics of the other workers unavailable: %s", e)
             shared_metrics = None
-    reloader = Reloader(config_path, lambda: gw.config, gw.swap_config)
+    if published is None:
+        reloader = Reloader(config_path, lambda: gw.config, gw.swap_config)
+    else:  # a worker reloads what its parent published (workers.py)
+        reloader = Reloader(config_path, lambda: gw.config, gw.swap_config,
+                            load=published.load, stamp=published.generation,
+                            loaded=generation)
     try:
         loop.add_signal_handler(signal.SIGHUP, reloader.reload)
     except (NotImplementedError, AttributeError):
         pass
+    if published is not None:
+        reloader.poll()  # one published while this worker started (its SIGHUP ignored)
     guard = ConnectionGuard(lambda: gw.config.server, raise_open_files_limit(),
                             gw.metrics.connections_refused)
     def ready() -> None:  # the port it listens on, which --port 0 left to the kernel

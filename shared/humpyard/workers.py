@@ -26,8 +26,16 @@ The parent process serves nothing itself. It
   that exits without being told to (after ``RESTART_BACKOFF_SECS``, doubled
   up to ``MAX_RESTART_BACKOFF_SECS`` while it keeps dying within
   ``STABLE_SECS`` of its start);
-- on SIGHUP loads the file first: a valid one is passed on as SIGHUP to every
-  worker (each reloads the same file), a bad one is logged and no worker is
+- hands every worker the configuration it checked, not the file: the texts
+  of the file and of those it includes, as read for the check, are published
+  in the run's directory (``PublishedConfig``), and a worker loads those, at
+  its start (a restarted one too) and at each reload, so no worker ever runs
+  an edit the parent did not check or a file edited between the parent's
+  check and the worker's read;
+- on SIGHUP (and, with ``reload_poll_secs``, when the files' modification
+  stamps change: the parent watches them, the workers do not) loads the file
+  first: a valid one is published and passed on as SIGHUP to every worker
+  (each reloads what was published), a bad one is logged and no worker is
   told, so the old configuration keeps serving everywhere;
 - on SIGTERM or SIGINT passes SIGTERM to every worker, each drains its
   requests and closes its ledger writer, waits for them all and exits 0 (a
@@ -39,6 +47,7 @@ and stops as on SIGTERM.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -50,9 +59,14 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from humpyard.config import load_config
+from humpyard.config.files import ConfigFiles
+from humpyard.config.spec import Config
 from humpyard.errors import ConfigError, HumpyardError
 from humpyard.logsink import drain_all
+from humpyard.reload import FileWatch
 
 log = logging.getLogger("humpyard.workers")
 
@@ -80,15 +94,13 @@ def worker_count(value: str) -> int:
     return n
 
 
-def check_shared_config(config_path: str) -> str:
+def check_shared_config(cfg: Config) -> str:
     """The store the workers share: ``sqlite`` (the ``[ledger] path`` file),
     ``dynamodb`` or ``memory`` (none configured: ``RunDir``'s state file). ``ConfigError``
-    when the file is bad, or names a SQLite database no other process can open."""
+    when it names a SQLite database no other process can open."""
     from humpyard.clock import SystemClock
-    from humpyard.config import load_config
     from humpyard.fleet import backend_of, check_backend, open_configured_store
     from humpyard.store import file_on_disk
-    cfg = load_config(config_path)
     backend = backend_of(cfg)
     if backend == "dynamodb":
         check_backend(cfg)
@@ -124,13 +136,58 @@ class RunDir:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def reset_live_state(config_path: str) -> None:
+PUBLISHED = "config.json"
+"""The configuration the parent checked, in the run's directory (``PublishedConfig``)."""
+
+
+def publish_config(run_dir: str, files: ConfigFiles, generation: int) -> None:
+    """Write the texts ``files`` read for a check (the file and those it includes) as
+    the configuration every worker loads, replacing the last one at once (rename)."""
+    tmp = os.path.join(run_dir, f".{PUBLISHED}.{generation}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"generation": generation, "texts": files.texts}, f)
+    os.replace(tmp, os.path.join(run_dir, PUBLISHED))
+
+
+class PublishedConfig:
+    """A worker's view of what its parent published in the run's directory: ``load``
+    checks and returns it (``config_path`` names it, and resolves what it includes,
+    exactly as the parent did); ``generation`` says which it is, so a reload the
+    worker missed (a SIGHUP while it was starting) is seen and caught up."""
+
+    def __init__(self, run_dir: str, config_path: str) -> None:
+        self.path = os.path.join(run_dir, PUBLISHED)
+        self.config_path = config_path
+
+    def _read(self) -> dict[str, Any]:
+        with open(self.path, encoding="utf-8") as f:
+            data: dict[str, Any] = json.load(f)
+        return data
+
+    def generation(self) -> int | None:
+        try:
+            return int(self._read()["generation"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def load(self) -> Config:
+        """The published configuration, checked here (``ConfigError``); the file itself
+        only when nothing was published (the run's directory is gone)."""
+        from humpyard.config import load_config
+        try:
+            texts = self._read()["texts"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            log.warning("the parent's checked configuration is unavailable (%s); "
+                        "reading %s", e, self.config_path)
+            return load_config(self.config_path)
+        return load_config(self.config_path, files=ConfigFiles(texts))
+
+
+def reset_live_state(cfg: Config) -> None:
     """Open the shared SQLite file once (creating and migrating it) and empty its live
     state."""
     from humpyard.clock import SystemClock
-    from humpyard.config import load_config
     from humpyard.store.sqlite import SharedSQLiteStore
-    cfg = load_config(config_path)
     assert cfg.ledger is not None and cfg.ledger.path is not None
     store = SharedSQLiteStore(os.path.expanduser(cfg.ledger.path), SystemClock())
     try:
@@ -139,9 +196,9 @@ def reset_live_state(config_path: str) -> None:
         store.close()
 
 
-def _reset_quietly(config_path: str) -> None:
+def _reset_quietly(cfg: Config) -> None:
     try:
-        reset_live_state(config_path)
+        reset_live_state(cfg)
     except (HumpyardError, OSError) as e:  # the file gone or locked: it is reset at start
         log.warning("could not empty the live state at exit: %s", e)
 
@@ -183,6 +240,10 @@ class Supervisor:
         self._reload = False
         self.sock: socket.socket | None = None
         self.run_dir: RunDir | None = None
+        self.config: Config | None = None  # the last one checked and published
+        self._generation = 0
+        self._watch = FileWatch(config_path)  # reload_poll_secs: the parent watches
+        self._next_poll = 0.0
 
     def _command(self, fd: int, index: int) -> list[str]:
         assert self.run_dir is not None
@@ -206,10 +267,16 @@ class Supervisor:
     def run(self) -> int:
         """Serve until SIGTERM or SIGINT; 0 then, 1 when the configuration is bad."""
         try:
-            backend = check_shared_config(self.config_path)
+            files = ConfigFiles()
+            self._watch.mark(())  # taken first: an edit after it is reloaded, not missed
+            cfg = self.config = load_config(self.config_path, files=files)
+            if cfg.includes:
+                self._watch.mark(cfg.includes)
+            backend = check_shared_config(cfg)
             if backend == "sqlite":
-                reset_live_state(self.config_path)
+                reset_live_state(cfg)
             self.run_dir = RunDir(state=backend == "memory")
+            publish_config(self.run_dir.dir, files, self._generation)
             if self.run_dir.state is not None:
                 log.info("no ledger configured: the workers share a state file of their own "
                          "for this run, removed at exit (%s); overrides are refused and only "
@@ -231,6 +298,7 @@ class Supervisor:
                 if self._reload:
                     self._reload = False
                     self._reload_all()
+                self._poll_files()
                 self._reap()
                 drain_all()  # its INFO lines (a worker started) now, not at exit
                 time.sleep(POLL_SECS)
@@ -239,7 +307,7 @@ class Supervisor:
             self.sock.close()
             self._close_run_dir()
             if backend == "sqlite":  # a console on the file shows no breakers of this run
-                _reset_quietly(self.config_path)
+                _reset_quietly(cfg)  # the file the run started on (a reload keeps it)
         log.info("humpyard stopped")
         return 0
 
@@ -255,17 +323,43 @@ class Supervisor:
         self._reload = True
 
     def _reload_all(self) -> None:
-        """Check the file here first; only a valid one reaches the workers."""
-        from humpyard.config import load_config
+        """Check the file here first; only a valid one is published and reaches the
+        workers, which load what was published, never the file."""
+        assert self.run_dir is not None and self.config is not None
+        files = ConfigFiles()
+        self._watch.mark(self.config.includes)
         try:
-            load_config(self.config_path)
+            cfg = load_config(self.config_path, files=files)
         except ConfigError as e:
             log.error("reload rejected; every worker keeps the previous configuration: %s", e)
             return
+        if cfg.includes != self.config.includes:
+            self._watch.mark(cfg.includes)
+        self._generation += 1
+        try:
+            publish_config(self.run_dir.dir, files, self._generation)
+        except OSError as e:
+            log.error("reload not published; every worker keeps the previous "
+                      "configuration: %s", e)
+            return
+        self.config = cfg
         for w in self.workers:
             if w.proc is not None and w.proc.poll() is None:
                 w.proc.send_signal(signal.SIGHUP)
         log.info("configuration checked; reload sent to %d workers", len(self.workers))
+
+    def _poll_files(self) -> None:
+        """With ``reload_poll_secs``, reload when the files changed and held still
+        (``FileWatch``; what ``serve`` does in one process: here the parent watches for
+        every worker)."""
+        every = self.config.reload_poll_secs if self.config is not None else 0
+        now = time.monotonic()
+        if every <= 0 or now < self._next_poll:
+            return
+        self._next_poll = now + every
+        assert self.config is not None
+        if self._watch.due(self.config.includes):
+            self._reload_all()
 
     def _reap(self) -> None:
         now = time.monotonic()

@@ -16,7 +16,10 @@ apart by its request ids, whose prefix is drawn per process.
 - ``kill -9`` of one worker mid-load loses at most its unwritten batch
   (the decisions it answered in the last ``LOSS_WINDOW_SECS``) and the
   parent starts another;
-- SIGHUP with a good file reloads both; with a bad one neither.
+- SIGHUP with a good file reloads both; with a bad one neither; a worker loads
+  the files the parent checked, never the file itself (a restarted worker runs
+  what its peer runs, whatever the file says now), and ``reload_poll_secs`` is
+  watched by the parent.
 """
 
 from __future__ import annotations
@@ -375,6 +378,94 @@ def test_sighup_reloads_every_worker_all_or_nothing(tmp_path: Path, upstream: Fa
         assert {r.status_code for r in answers} == {200}
         assert server.output().count("configuration reloaded") == 2
         assert server.output().count("reload rejected") == 1  # the parent's only
+    finally:
+        assert server.stop() == 0
+
+
+def kill_one_worker(server: ServeProcess) -> None:
+    """``kill -9`` one worker; return once the parent has started its replacement and
+    the replacement serves."""
+    before = children(server.pid)
+    started = server.output().count("Application startup complete")
+    os.kill(before[0], signal.SIGKILL)
+    poll(lambda: len(children(server.pid)) == 2 and before[0] not in children(server.pid),
+         what="the parent to start another worker")
+    poll(lambda: server.output().count("Application startup complete") > started,
+         what="the new worker to serve")
+
+
+def models_seen(url: str, model: str) -> dict[str, set[int]]:
+    """The statuses each worker answered ``model`` with, on new connections until both
+    answered (which worker accepts a connection is the kernel's choice)."""
+    seen: dict[str, set[int]] = {}
+    for r in spread(url, 16, model=model, both=True):
+        seen.setdefault(worker_of(r.headers["x-humpyard-request-id"]), set()).add(
+            r.status_code)
+    assert len(seen) == 2, f"one worker answered every request: {seen}"
+    return seen
+
+
+def test_a_restarted_worker_runs_what_the_parent_checked_not_the_file(
+        tmp_path: Path, upstream: FakeUpstream):
+    """A worker loads the files its parent checked and published, at its start too, so
+    an edit not yet reloaded (or never valid) reaches no worker. Workers used to read the
+    file themselves: one restarted after an edit served the edit while its peer did not,
+    and one restarted on a broken file failed at start and kept being restarted."""
+    cfg = write_config(tmp_path, target(upstream.url))
+    server = start(cfg, tmp_path)
+    try:
+        poll(lambda: server.output().count("Application startup complete") == 2,
+             what="both workers to serve")
+        good = cfg.read_text() + '\n[routes.t2]\ntargets = ["t"]\n'
+        cfg.write_text(good)  # valid, not reloaded
+        kill_one_worker(server)
+        seen = models_seen(server.url, "t2")
+        assert all(s == {404} for s in seen.values()), seen  # the restarted one too
+        cfg.write_text(good + "\n[routes.t3\n")  # broken, not reloaded
+        kill_one_worker(server)
+        seen = models_seen(server.url, "t")
+        assert all(s == {200} for s in seen.values()), seen
+        assert "invalid configuration" not in server.output()
+        # a reload now checks the broken file and tells nobody; the good one reaches both
+        os.kill(server.pid, signal.SIGHUP)
+        poll(lambda: "every worker keeps the previous configuration" in server.output(),
+             what="the parent to reject the file")
+        cfg.write_text(good)
+        os.kill(server.pid, signal.SIGHUP)
+        poll(lambda: server.output().count("configuration reloaded") == 2,
+             what="both workers to reload")
+        seen = models_seen(server.url, "t2")
+        assert all(s == {200} for s in seen.values()), seen
+    finally:
+        assert server.stop() == 0
+
+
+def test_reload_poll_secs_is_watched_by_the_parent_for_every_worker(
+        tmp_path: Path, upstream: FakeUpstream):
+    """With ``reload_poll_secs`` the parent watches the file and reloads every worker
+    from one check, as SIGHUP does: a bad edit is rejected once, by the parent. Each
+    worker used to watch and load the file on its own (two rejections, and two reads
+    that an edit between them could split)."""
+    cfg = tmp_path / "humpyard.toml"
+    base = (f"reload_poll_secs = 0.2\nstate_refresh_ms = 200\n[ledger]\npath = "
+            f"\"{tmp_path / 'ledger.db'}\"\n{target(upstream.url)}")
+    cfg.write_text(base)
+    server = start(cfg, tmp_path)
+    try:
+        poll(lambda: server.output().count("Application startup complete") == 2,
+             what="both workers to serve")
+        good = base + '\n[routes.t2]\ntargets = ["t"]\n'
+        cfg.write_text(good)
+        poll(lambda: server.output().count("configuration reloaded") == 2,
+             what="both workers to reload")
+        seen = models_seen(server.url, "t2")
+        assert all(s == {200} for s in seen.values()), seen
+        cfg.write_text(good + "\n[routes.t3\n")
+        poll(lambda: "reload rejected" in server.output(), what="the rejection")
+        time.sleep(1.0)  # five more polls (an absence cannot be polled for): no other
+        assert server.output().count("reload rejected") == 1  # rejection is logged
+        assert "every worker keeps the previous configuration" in server.output()
+        assert server.output().count("configuration reloaded") == 2
     finally:
         assert server.stop() == 0
 

@@ -156,8 +156,28 @@ def test_reload_polling_watches_the_included_files(tmp_path):
     reloader = Reloader(str(conf), lambda: state["cfg"], lambda c: state.update(cfg=c), env={})
     assert reloader.poll() is None
     (tmp_path / "prices.toml").write_text(PRICES.replace("0.59", "0.625"))  # size changes
-    assert reloader.poll() is True
+    assert reloader.poll() is None  # changed since the last look: perhaps being written
+    assert reloader.poll() is True  # and held still since
     assert state["cfg"].targets["big"].endpoints[0].price_input == 0.625
+
+
+def test_reload_polling_never_loads_a_file_caught_half_written(tmp_path):
+    """A file written in place is emptied first, and an empty file is a valid
+    configuration (no targets): a poll that caught it used to load it, and every request
+    got 404 until the next poll. A change is loaded once two looks in a row agree."""
+    conf = write(tmp_path, {"humpyard.toml": MAIN.format(inc="prices.toml"),
+                            "prices.toml": PRICES})
+    state = {"cfg": load_config(conf, env={})}
+    reloader = Reloader(str(conf), lambda: state["cfg"], lambda c: state.update(cfg=c), env={})
+    text = conf.read_text()
+    conf.write_text("")  # a look between the emptying and the writing
+    assert reloader.poll() is None
+    conf.write_text(text + '\n[routes.r2]\ntargets = ["big"]\n')
+    assert reloader.poll() is None
+    assert state["cfg"].targets and "r2" not in state["cfg"].routes
+    assert reloader.poll() is True
+    assert "r2" in state["cfg"].routes and state["cfg"].targets
+    assert reloader.poll() is None  # nothing changed since
 
 
 def test_an_included_file_fills_in_fitting_and_cache_prices(tmp_path):
@@ -173,3 +193,26 @@ def test_an_included_file_fills_in_fitting_and_cache_prices(tmp_path):
     also = cfg.targets["also-big"].endpoints[0]  # its own price wins, limits filled in
     assert (also.price_input, also.price_cache_read, also.max_output_tokens) == (1.0, None,
                                                                                 32000)
+
+
+def test_the_files_read_for_one_load_are_what_another_load_sees(tmp_path):
+    """``ConfigFiles``: a load records the texts of the file and of those it includes,
+    and a load replaying them sees those texts whatever the disk says now (the workers
+    of ``serve --workers N`` load what their parent checked)."""
+    from humpyard.config.files import ConfigFiles
+    conf = write(tmp_path, {"humpyard.toml": MAIN.format(inc="prices.toml"),
+                            "prices.toml": PRICES})
+    seen = ConfigFiles()
+    first = load_config(conf, env={}, files=seen)
+    assert set(seen.texts) == {str(conf.resolve()), str((tmp_path / "prices.toml").resolve())}
+    conf.write_text("[routes.broken\n")  # edited and broken on the disk since
+    (tmp_path / "prices.toml").unlink()
+    again = load_config(conf, env={}, files=ConfigFiles(seen.texts))
+    assert again.digest == first.digest
+    assert again.targets["big"].endpoints[0].context_window == 131072
+    with pytest.raises(ConfigError, match="invalid configuration"):
+        load_config(conf, env={})
+    # a file that was not among those read is not read now either
+    with pytest.raises(ConfigError, match="cannot read configuration") as info:
+        load_config(tmp_path / "other.toml", env={}, files=ConfigFiles(seen.texts))
+    assert "other.toml" in str(info.value)

@@ -17,6 +17,7 @@ included file's name.
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -60,6 +61,31 @@ def parse_toml(text: str) -> dict[str, Any]:
         raise TomlSyntaxError(getattr(e, "msg", str(e)), line, column, excerpt) from None
 
 
+class ConfigFiles:
+    """The texts of a configuration's files (the main file and those it includes),
+    by resolved path: each read once from the disk and kept (``texts``), or, given
+    ``texts``, only ever served from them, so a load sees exactly the files another
+    load saw (``serve --workers N``: the parent's checked files, workers.py)."""
+
+    def __init__(self, texts: dict[str, str] | None = None) -> None:
+        self.replay = texts is not None
+        self.texts: dict[str, str] = dict(texts) if texts is not None else {}
+
+    def read(self, p: Path) -> str:
+        """``p``'s text (UTF-8, bad bytes replaced); ``OSError`` when it cannot be read,
+        or, replaying, when it was not among the files read then."""
+        key = str(p.resolve())
+        if self.replay:
+            try:
+                return self.texts[key]
+            except KeyError:
+                raise FileNotFoundError(errno.ENOENT, "not among the checked files",
+                                        key) from None
+        text = p.read_bytes().decode("utf-8", errors="replace")
+        self.texts[key] = text
+        return text
+
+
 @dataclass
 class Expanded:
     """A document with its includes applied, and what applying them found.
@@ -85,8 +111,10 @@ class _Declaration:
     values: dict[str, Any]
 
 
-def expand_includes(data: dict[str, Any], base_dir: Path | None, source: str) -> Expanded:
-    """Apply ``data``'s ``include`` list (read relative to ``base_dir``) to its endpoints.
+def expand_includes(data: dict[str, Any], base_dir: Path | None, source: str,
+                    files: ConfigFiles | None = None) -> Expanded:
+    """Apply ``data``'s ``include`` list (read relative to ``base_dir``, through
+    ``files`` when given) to its endpoints.
 
     ``base_dir`` is None for a configuration that did not come from a file
     (an S3 object, an AppConfig profile): such a one cannot include.
@@ -113,7 +141,7 @@ def expand_includes(data: dict[str, Any], base_dir: Path | None, source: str) ->
             continue
         seen[file] = i
         try:
-            text = file.read_bytes().decode("utf-8", errors="replace")
+            text = (files or ConfigFiles()).read(file)
         except OSError as e:
             out.problems.append(f"{path('include', i)}: cannot read {name!r} ({file}): "
                                 f"{e.strerror}")

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from humpyard.config.files import TomlSyntaxError, expand_includes, parse_toml
+from humpyard.config.files import ConfigFiles, TomlSyntaxError, expand_includes, parse_toml
 from humpyard.config.models import RawConfig
 from humpyard.config.problems import Salvage, salvage, schema_problems
 from humpyard.config.resolve import resolve
@@ -28,26 +28,29 @@ from humpyard.errors import ConfigError
 
 
 def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None, *,
-                unset_env: str = "serve") -> Config:
+                unset_env: str = "serve", files: ConfigFiles | None = None) -> Config:
     """Load and check a configuration file (and the files it includes). Raises ``ConfigError``.
 
-    ``unset_env``: how unset key variables count (``resolve.UNSET_ENV_MODES``)."""
+    ``unset_env``: how unset key variables count (``resolve.UNSET_ENV_MODES``).
+    ``files``: where the texts come from and are kept (``ConfigFiles``; default: the
+    disk)."""
     p = Path(path)
-    text = _read(p)
+    text = _read(p, files)
     return load_config_text(text, source=str(p), env=env, base_dir=p.parent,
-                            unset_env=unset_env)
+                            unset_env=unset_env, files=files)
 
 
 def load_config_text(text: str, *, source: str = "<memory>",
                      env: Mapping[str, str] | None = None,
                      base_dir: str | os.PathLike[str] | None = None,
-                     unset_env: str = "serve") -> Config:
+                     unset_env: str = "serve", files: ConfigFiles | None = None) -> Config:
     """Parse TOML text and resolve it; ``env`` defaults to ``os.environ``.
 
-    ``include`` paths are read relative to ``base_dir``; without one (a
-    configuration from S3 or AppConfig) a file that includes is refused.
+    ``include`` paths are read relative to ``base_dir`` (through ``files``); without
+    one (a configuration from S3 or AppConfig) a file that includes is refused.
     """
-    doc = _document(text, source, Path(base_dir) if base_dir is not None else None)
+    doc = _document(text, source, Path(base_dir) if base_dir is not None else None,
+                    files=files)
     digest = hashlib.sha256("\0".join([text, *doc.texts]).encode()).hexdigest()[:16]
     return resolve(doc.raw, os.environ if env is None else env, source=source, digest=digest,
                    problems=doc.problems, salvage=doc.salvage, warnings=doc.warnings,
@@ -84,23 +87,22 @@ def read_document(path: str | os.PathLike[str], *, includes: bool = True) -> Doc
     return doc
 
 
-def _read(p: Path) -> str:
+def _read(p: Path, files: ConfigFiles | None = None) -> str:
     try:
-        data = p.read_bytes()
+        return (files or ConfigFiles()).read(p)
     except OSError as e:
         raise ConfigError(f"cannot read configuration {str(p)!r}: {e.strerror}") from None
-    return data.decode("utf-8", errors="replace")
 
 
 def _document(text: str, source: str, base_dir: Path | None, *,
-              includes: bool = True) -> Document:
+              includes: bool = True, files: ConfigFiles | None = None) -> Document:
     try:
         data = parse_toml(text)
     except TomlSyntaxError as e:
         raise ConfigError(f"invalid configuration ({source}):\n  {e}") from None
     if not includes:
         data.pop("include", None)
-    expanded = expand_includes(data, base_dir, source)
+    expanded = expand_includes(data, base_dir, source, files)
     problems = list(expanded.problems)
     raw, salvaged = _schema(expanded.data, problems)
     return Document(raw=raw, source=source, origin=expanded.origin, files=expanded.files,
