@@ -262,8 +262,9 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
         reloader = Reloader(config_path, lambda: gw.config, gw.swap_config,
                             load=published.load, stamp=published.generation,
                             loaded=generation)
-    try:
-        loop.add_signal_handler(signal.SIGHUP, reloader.reload)
+    try:  # a worker's SIGHUP: the parent published; loaded once, whoever sees it first
+        loop.add_signal_handler(signal.SIGHUP,
+                                reloader.reload if published is None else reloader.poll)
     except (NotImplementedError, AttributeError):
         pass
     if published is not None:

@@ -173,7 +173,6 @@ class PublishedConfig:
     def load(self) -> Config:
         """The published configuration, checked here (``ConfigError``); the file itself
         only when nothing was published (the run's directory is gone)."""
-        from humpyard.config import load_config
         try:
             texts = self._read()["texts"]
         except (OSError, ValueError, KeyError, TypeError) as e:
