@@ -246,6 +246,8 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
         app = create_app(cfg, gateway=gateway, surfaces=surfaces)
     gw = app.state.gateway
     gw.spans = telemetry.from_environ(os.environ)  # None unless OTEL_* asks for traces
+    if worker_fd is not None and worker_index != 0:
+        gw.quota.follows = True  # worker 0 polls the quota sources for every worker
     shared_metrics = None
     if worker_dir is not None:  # /metrics answers for every worker (metrics/sharing.py)
         from humpyard.metrics.sharing import WorkerMetrics

@@ -19,7 +19,8 @@ apart by its request ids, whose prefix is drawn per process.
 - SIGHUP with a good file reloads both; with a bad one neither; a worker loads
   the files the parent checked, never the file itself (a restarted worker runs
   what its peer runs, whatever the file says now), and ``reload_poll_secs`` is
-  watched by the parent.
+  watched by the parent;
+- worker 0 polls the quota sources for every worker.
 """
 
 from __future__ import annotations
@@ -468,6 +469,47 @@ def test_reload_poll_secs_is_watched_by_the_parent_for_every_worker(
         assert server.output().count("configuration reloaded") == 2
     finally:
         assert server.stop() == 0
+
+
+QUOTA_POLL_SECS = 0.5
+
+
+def test_one_worker_polls_the_quota_sources_for_all(tmp_path: Path, upstream: FakeUpstream):
+    """Worker 0 polls each quota source every ``quota_poll_secs`` and the others read
+    what it stored: one poll a round, not one per worker (each worker used to poll on its
+    own), and every worker's ``/metrics`` and ``/v1/quota`` show the reading."""
+    with FakeUpstream() as quota:
+        quota.default = status(200, body={"usage": {"rolling": {
+            "status": "ok", "percent": 42.5, "resetsAt": "2030-01-01T00:00:00Z"}}})
+        cfg = write_config(tmp_path, target(upstream.url) + f"""
+[providers.quota]
+base_url = "{quota.url}"
+api_key_env = "QUOTA_KEY"
+quota_source = "opencode-go"
+""")
+        cfg.write_text(f"quota_poll_secs = {QUOTA_POLL_SECS}\n" + cfg.read_text())
+        server = ServeProcess(cfg, tmp_path / "serve.log", args=("--workers", "2"),
+                              env={"QUOTA_KEY": "quota-secret"}).start()
+        try:
+            poll(lambda: server.output().count("Application startup complete") == 2,
+                 what="both workers to serve")
+            poll(lambda: len(quota.requests) >= 2, what="the first polls")
+            before, started = len(quota.requests), time.monotonic()
+            time.sleep(3.0)  # the measured window: how many polls it holds
+            polls = len(quota.requests) - before
+            rounds = (time.monotonic() - started) / QUOTA_POLL_SECS
+            print(f"quota: {polls} polls in {rounds:.1f} rounds of two workers")
+            assert polls <= rounds + 2, f"{polls} polls in {rounds:.1f} rounds"
+            assert polls >= rounds / 2, f"{polls} polls in {rounds:.1f} rounds"
+            series = 'humpyard_quota_percent{provider="quota",window="rolling"} 42.5'
+            with fresh_connections() as c:
+                scrapes = [c.get(server.url + "/metrics").text for _ in range(12)]
+                views = [c.get(server.url + "/v1/quota").json() for _ in range(12)]
+            assert all(series in s for s in scrapes)  # whichever worker answered
+            assert all(v["providers"][0]["state"] == "fresh" for v in views)
+        finally:
+            assert server.stop() == 0
+        assert "quota-secret" not in server.output()
 
 
 def test_workers_without_a_ledger_share_a_file_of_their_own(tmp_path: Path):

@@ -72,6 +72,10 @@ class QuotaPoller:
     ``humpyard_quota_percent{provider,window}`` has a series for each window of
     fresh data only. ``client`` is an ``httpx.AsyncClient`` or a function returning
     one, called when a poll needs it (the gateway builds its client lazily).
+
+    ``follows``: another process on the same store polls (``serve --workers N``:
+    worker 0 polls for all of them); ``run`` then only reads what it stored each
+    round, for this process's gauges, and a reload leaves the snapshots to it.
     """
 
     def __init__(self, config: Config, store: QuotaStoreLike, clock: Clock,
@@ -91,6 +95,7 @@ class QuotaPoller:
         self._written: dict[str, dict[str, Any]] = {}  # what this poller last stored
         self._last_error: dict[str, str | None] = {}
         self._gauged: set[tuple[str, str]] = set()
+        self.follows = False
 
     def _http(self) -> httpx.AsyncClient:
         c = self._client
@@ -140,6 +145,18 @@ class QuotaPoller:
             self._update_gauges(config, snaps)
         except Exception as exc:
             log.warning("quota: could not update metrics (%s)", type(exc).__name__)
+
+    async def follow_once(self) -> None:
+        """This process's gauges from the snapshots the polling process stored
+        (``follows``). Never raises."""
+        config = self._config
+        if not self.providers(config):
+            return
+        try:
+            stored = await asyncio.to_thread(self._store.get_quota_snapshots)
+            self._update_gauges(config, stored)
+        except Exception as exc:
+            log.warning("quota: could not read snapshots (%s)", type(exc).__name__)
 
     async def _poll_provider(self, config: Config, provider: ProviderSpec,
                              previous: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -237,7 +254,7 @@ class QuotaPoller:
         """Poll, then wait ``quota_poll_secs`` (read afresh each round) on the clock,
         until ``stop_event`` is set. Cancelling the task also stops it."""
         while not stop_event.is_set():
-            await self.poll_once()
+            await (self.follow_once() if self.follows else self.poll_once())
             if stop_event.is_set():
                 return
             sleeper = asyncio.ensure_future(self._clock.sleep(self._config.quota_poll_secs))
@@ -298,7 +315,7 @@ class QuotaPoller:
                 self._gauged.discard(key)
                 if self._metrics is not None:
                     self._metrics.quota_percent.remove(provider=key[0], window=key[1])
-            if q is not None and q.quota_source:
+            if q is not None and q.quota_source and not self.follows:
                 try:
                     self._store.put_quota_snapshot(p.name, empty_snapshot(q))
                 except Exception as exc:

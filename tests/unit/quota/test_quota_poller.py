@@ -407,3 +407,21 @@ def test_the_key_never_appears_in_logs_snapshots_history_or_views(
     for harness in (h, echo):
         dumped = json.dumps([harness.returned, harness.store.snapshots, harness.store.history])
         assert KEY not in dumped
+
+
+def test_a_follower_reads_what_the_poller_stored_and_never_polls() -> None:
+    """``follows`` (a worker other than worker 0 of ``serve --workers N``): a round reads
+    the stored snapshots into this process's gauge and calls no source; a reload leaves
+    the store to the polling process."""
+    poller = Harness()
+    poller.poll()
+    follower = Harness()
+    follower.poller._store = follower.store = poller.store  # one store: the shared file
+    follower.poller.follows = True
+    asyncio.run(follower.poller.follow_once())
+    assert follower.upstream.calls == []
+    assert follower.metrics.quota_percent.value(provider="opencode", window="rolling") == 12.5
+    assert follower.entry()["state"] == "fresh"
+    before = json.dumps(poller.store.snapshots, sort_keys=True)
+    follower.poller.reload(make_config("https://elsewhere.example/v1"))
+    assert json.dumps(poller.store.snapshots, sort_keys=True) == before
