@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 from humpyard.config.load import load_config
 from humpyard.config.spec import Config
@@ -70,37 +71,36 @@ class FileWatch:
         return stamp is not None and stamp != self.loaded and still
 
 
+class Watch(Protocol):
+    """When a configuration is due for reloading (``FileWatch``; a worker's
+    ``workers.PublishedConfig``)."""
+
+    def mark(self, includes: Sequence[str]) -> None: ...
+
+    def due(self, includes: Sequence[str]) -> bool: ...
+
+
 class Reloader:
     """Reloads one file into ``apply`` (usually ``Gateway.swap_config``).
 
-    ``load`` and ``stamp`` replace reading the file and watching its files (a worker
-    of ``serve --workers N`` loads what its parent checked and published, whose
-    generation is ``stamp``: ``workers.PublishedConfig``; ``loaded`` is the
-    generation it loaded at its start)."""
+    ``load`` and ``watch`` replace reading the file and watching its files (a worker
+    of ``serve --workers N`` loads what its parent checked and published:
+    ``workers.PublishedConfig`` is both)."""
 
     def __init__(self, path: str, current: Callable[[], Config], apply: Callable[[Config], None],
                  env: Mapping[str, str] | None = None, *,
-                 load: Callable[[], Config] | None = None,
-                 stamp: Callable[[], Hashable] | None = None,
-                 loaded: Hashable = None):
+                 load: Callable[[], Config] | None = None, watch: Watch | None = None):
         self.path = path
         self.current = current
         self.apply = apply
         self.env = env
         self._load = load or (lambda: load_config(self.path, self.env))
-        self._stamp = stamp
-        self._watch = FileWatch(path) if stamp is None else None
-        if self._watch is not None:
-            self._watch.mark(current().includes)
-        self._loaded = stamp() if stamp is not None and loaded is None else loaded
+        self._watch = watch or FileWatch(path)
+        self._watch.mark(current().includes)
 
     def reload(self) -> bool:
         """Load and apply the file; False (and a log line) if it is invalid."""
-        if self._watch is not None:
-            self._watch.mark(self.current().includes)
-        else:
-            assert self._stamp is not None
-            self._loaded = self._stamp()
+        self._watch.mark(self.current().includes)
         try:
             new = self._load()
         except ConfigError as e:
@@ -114,14 +114,7 @@ class Reloader:
         return True
 
     def poll(self) -> bool | None:
-        """Reload if the files changed since the last load and held still since the
-        last look (the published generation: if it changed); None when not."""
-        if self._watch is not None:
-            if not self._watch.due(self.current().includes):
-                return None
-        else:
-            assert self._stamp is not None
-            now = self._stamp()
-            if now is None or now == self._loaded:  # None: nothing published to load
-                return None
+        """Reload if the watch says a change is due; None when not."""
+        if not self._watch.due(self.current().includes):
+            return None
         return self.reload()

@@ -220,7 +220,6 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     if worker_dir is not None:  # the parent's checked configuration, never the file
         from humpyard.workers import PublishedConfig
         published = PublishedConfig(worker_dir, config_path)
-        generation = published.generation()
         cfg = published.load()
     else:
         cfg = load_config(config_path)
@@ -262,8 +261,7 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
         reloader = Reloader(config_path, lambda: gw.config, gw.swap_config)
     else:  # a worker reloads what its parent published (workers.py)
         reloader = Reloader(config_path, lambda: gw.config, gw.swap_config,
-                            load=published.load, stamp=published.generation,
-                            loaded=generation)
+                            load=published.load, watch=published)
     try:  # a worker's SIGHUP: the parent published; loaded once, whoever sees it first
         loop.add_signal_handler(signal.SIGHUP,
                                 reloader.reload if published is None else reloader.poll)

@@ -152,29 +152,40 @@ def publish_config(run_dir: str, files: ConfigFiles, generation: int) -> None:
 class PublishedConfig:
     """A worker's view of what its parent published in the run's directory: ``load``
     checks and returns it (``config_path`` names it, and resolves what it includes,
-    exactly as the parent did); ``generation`` says which it is, so a reload the
-    worker missed (a SIGHUP while it was starting) is seen and caught up."""
+    exactly as the parent did) and remembers its generation; ``due`` says a newer one
+    was published since, so a reload the worker missed (a SIGHUP while it was
+    starting) is seen and caught up. ``Reloader``'s watch, as ``reload.FileWatch`` is
+    for a file."""
 
     def __init__(self, run_dir: str, config_path: str) -> None:
         self.path = os.path.join(run_dir, PUBLISHED)
         self.config_path = config_path
+        self.loaded: int | None = None  # the generation the last load read
 
     def _read(self) -> dict[str, Any]:
         with open(self.path, encoding="utf-8") as f:
             data: dict[str, Any] = json.load(f)
         return data
 
-    def generation(self) -> int | None:
+    def _generation(self) -> int | None:
         try:
             return int(self._read()["generation"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
+    def mark(self, includes: Sequence[str]) -> None:
+        """Nothing: ``load`` notes the generation it read, with the texts."""
+
+    def due(self, includes: Sequence[str]) -> bool:
+        generation = self._generation()
+        return generation is not None and generation != self.loaded
+
     def load(self) -> Config:
         """The published configuration, checked here (``ConfigError``); the file itself
         only when nothing was published (the run's directory is gone)."""
         try:
-            texts = self._read()["texts"]
+            data = self._read()
+            texts, self.loaded = data["texts"], int(data["generation"])
         except (OSError, ValueError, KeyError, TypeError) as e:
             log.warning("the parent's checked configuration is unavailable (%s); "
                         "reading %s", e, self.config_path)

@@ -216,3 +216,31 @@ def test_the_files_read_for_one_load_are_what_another_load_sees(tmp_path):
     with pytest.raises(ConfigError, match="cannot read configuration") as info:
         load_config(tmp_path / "other.toml", env={}, files=ConfigFiles(seen.texts))
     assert "other.toml" in str(info.value)
+
+
+def test_a_worker_catches_up_with_a_reload_published_while_it_started(tmp_path):
+    """``serve --workers N``: a worker loads what its parent published; a reload
+    published after that load and before the worker listened for SIGHUP (which it
+    ignores while starting) is seen by its first look, and loaded once."""
+    from humpyard.config.files import ConfigFiles
+    from humpyard.workers import PublishedConfig, publish_config
+    conf = write(tmp_path, {"humpyard.toml": MAIN.format(inc="prices.toml"),
+                            "prices.toml": PRICES})
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    checked = ConfigFiles()
+    load_config(conf, env={}, files=checked)
+    publish_config(str(run_dir), checked, 0)
+    published = PublishedConfig(str(run_dir), str(conf))
+    state = {"cfg": published.load()}  # the worker's start: generation 0
+    conf.write_text(conf.read_text() + '\n[routes.r2]\ntargets = ["big"]\n')
+    checked = ConfigFiles()
+    load_config(conf, env={}, files=checked)
+    publish_config(str(run_dir), checked, 1)  # the parent's reload; the SIGHUP is lost
+    conf.write_text("[routes.broken\n")  # and the file, never checked, is not read
+    reloader = Reloader(str(conf), lambda: state["cfg"], lambda c: state.update(cfg=c),
+                        load=published.load, watch=published)
+    assert "r2" not in state["cfg"].routes
+    assert reloader.poll() is True
+    assert "r2" in state["cfg"].routes
+    assert reloader.poll() is None  # generation 1 is loaded

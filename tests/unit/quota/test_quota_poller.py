@@ -64,9 +64,9 @@ class Upstream:
 class Harness:
     def __init__(self, config: Config | None = None, *, timeout: float | None = None,
                  cost_since: Callable[[str, float], float] | None = None,
-                 sources: Any = None) -> None:
+                 sources: Any = None, store: FakeQuotaStore | None = None) -> None:
         self.clock = FakeClock(start=START)
-        self.store = FakeQuotaStore()
+        self.store = store or FakeQuotaStore()
         self.upstream = Upstream()
         self.metrics = GatewayMetrics(Metrics())
         self.client = httpx.AsyncClient(transport=httpx.MockTransport(self.upstream))
@@ -415,8 +415,7 @@ def test_a_follower_reads_what_the_poller_stored_and_never_polls() -> None:
     the store to the polling process."""
     poller = Harness()
     poller.poll()
-    follower = Harness()
-    follower.poller._store = follower.store = poller.store  # one store: the shared file
+    follower = Harness(store=poller.store)  # one store: the workers' shared file
     follower.poller.follows = True
     asyncio.run(follower.poller.follow_once())
     assert follower.upstream.calls == []
