@@ -289,7 +289,7 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
              if isinstance(h, BufferedStderr)]
     tasks.append(asyncio.create_task(_exit_on(stop, server)))
     tasks.append(asyncio.create_task(guard.sweep()))
-    if cfg.reload_poll_secs > 0:
+    if cfg.reload_poll_secs > 0 and published is None:  # a worker's parent watches
         tasks.append(asyncio.create_task(_poll_config(reloader, gw)))
     if worker_fd is not None:
         tasks.append(asyncio.create_task(_stop_when_orphaned(os.getppid(), stop)))
