@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,6 +138,7 @@ class WorkerMetrics:
         self.path = self.dir / f"worker-{index}.json"
         self.metrics = metrics
         self.pid = os.getpid() if pid is None else pid  # tests stand for several processes
+        self._writing = threading.Lock()
 
     def adopt(self) -> None:
         """Take over the counts of the worker this one replaces (same index, now dead),
@@ -164,11 +166,14 @@ class WorkerMetrics:
         self.write()
 
     def write(self) -> None:
-        """Write this worker's snapshot (atomically: a temporary name, renamed)."""
-        data = json.dumps(snapshot(self.metrics, self.pid), separators=(",", ":"))
-        tmp = self.path.with_suffix(f".{self.pid}.tmp")
-        tmp.write_text(data)
-        os.replace(tmp, self.path)
+        """Write this worker's snapshot (atomically: a temporary name, renamed). One
+        write at a time: the periodic one and those of scrapes run in threads, and two
+        on the one temporary name would fail the second rename."""
+        with self._writing:
+            data = json.dumps(snapshot(self.metrics, self.pid), separators=(",", ":"))
+            tmp = self.path.with_suffix(f".{self.pid}.tmp")
+            tmp.write_text(data)
+            os.replace(tmp, self.path)
 
     def render(self) -> str:
         """The Prometheus text of every worker's counts: this worker's snapshot is
