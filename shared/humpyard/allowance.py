@@ -20,7 +20,8 @@ used tokens of the minute it was admitted in.
 
 Across instances sharing a store (``leases.py``): the budget is reserved
 from a lease of it (``reserve_budget``, which may await a store write), and
-on SQLite the per-key limits are counted in the store (``admit_shared``).
+the per-key limits are counted in the store (``admit_shared``): per request on
+SQLite, in blocks of each minute on DynamoDB (``limit_blocks.py``).
 
 Windows are fixed minutes of the injected clock (``floor(now / 60)``): a
 limit of N allows N in each clock minute, so any 60 seconds straddling a
@@ -29,16 +30,19 @@ minute's end can see up to 2N (docs/decisions/0016-budget-reservations.md).
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from humpyard.config.spec import KeySpec
-from humpyard.errors import RateLimited
+from humpyard.errors import RateLimited, StoreError
 from humpyard.leases import Leases
 from humpyard.ledger.periods import period_key
 from humpyard.store.sharing import LimitCount
+
+log = logging.getLogger("humpyard.leases")
 
 WINDOW_SECS = 60.0
 
@@ -161,10 +165,15 @@ class Allowance:
         if leases is None or not self.shared(key):
             return self.admit(key, tokens, now)
         start = math.floor(now / WINDOW_SECS) * WINDOW_SECS
-        counted = await leases.take_limits(key.id, window=start, rpm=key.rpm_limit,
-                                           tpm=key.tpm_limit,
-                                           parallel=key.max_parallel_requests,
-                                           tokens=tokens, now=now)
+        try:
+            counted = await leases.take_limits(key.id, window=start, rpm=key.rpm_limit,
+                                               tpm=key.tpm_limit,
+                                               parallel=key.max_parallel_requests,
+                                               tokens=tokens, now=now)
+        except StoreError as e:  # the store is down: this process's own counts stand
+            log.warning("per-key limits of key %s could not be counted in the store (%s); "
+                        "counting them in this process", key.id, e)
+            return self.admit(key, tokens, now)
         state = _shared_state(key, counted, start, now)
         if counted.refused is not None:
             limit = counted.refused
@@ -193,7 +202,11 @@ class Allowance:
         if leases is None or not self.shared(key):
             return self.state(key, now)
         start = math.floor(now / WINDOW_SECS) * WINDOW_SECS
-        return _shared_state(key, await leases.counts(key.id, start, now), start, now)
+        try:
+            return _shared_state(key, await leases.counts(key.id, start, now), start, now)
+        except StoreError as e:
+            log.warning("per-key limits of key %s could not be read (%s)", key.id, e)
+            return self.state(key, now)
 
 
     def _minute(self, key_id: str, now: float) -> _Minute:

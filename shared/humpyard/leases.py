@@ -34,9 +34,10 @@ local file) ``rpm_limit``, ``tpm_limit`` and ``max_parallel_requests`` are
 counted in the store with one transaction per admission and one per release
 (``take_limits``/``release_limits``): exact across processes. In-flight slots
 are rows per instance with an expiry renewed by the background tick, so a
-killed process frees its slots within ``lease_secs``. On the memory store
-(one process) and on DynamoDB the limits stay per process
-(docs/decisions/0016-budget-reservations.md says why and what remains).
+killed process frees its slots within ``lease_secs``. On DynamoDB, where a
+write per request would heat the key's item, instances take blocks of each
+minute and hold slots (``limit_blocks.py``). On the memory store (one
+process) the limits are the process's own.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from humpyard.clock import Clock
+from humpyard.limit_blocks import LimitBlocks
 from humpyard.store.sharing import LimitCount
 
 log = logging.getLogger("humpyard.leases")
@@ -66,8 +68,9 @@ FLUSH_SECS = {"memory": 0.0, "sqlite": 0.0, "dynamodb": 10.0}
 """How long settled spend may wait in the instance before it is written, per store kind."""
 TICK_SECS = 1.0
 """How often a long-lived process flushes, renews and gives back leases."""
-SHARED_LIMITS = frozenset({"sqlite"})
-"""Store kinds whose per-key limit counters are shared (one transaction per request)."""
+SHARED_LIMITS = frozenset({"sqlite", "dynamodb"})
+"""Store kinds whose per-key limits are shared: counted per request (SQLite), in blocks
+(DynamoDB)."""
 
 
 @dataclass(slots=True)
@@ -103,7 +106,9 @@ class Leases:
         self.instance = instance or secrets.token_hex(4)
         kind = getattr(store, "kind", "")
         self.budgets = callable(getattr(store, "lease_budget", None))
-        self.limits = kind in SHARED_LIMITS and callable(getattr(store, "take_limits", None))
+        self.limits = kind in SHARED_LIMITS and (callable(getattr(store, "take_limits", None))
+                                                 or callable(getattr(store, "lease_limits",
+                                                                     None)))
         self.inline = kind == "memory"
         self.flush_secs = FLUSH_SECS.get(kind, 0.0) if flush_secs is None else flush_secs
         self.lease_secs = lease_secs
@@ -114,6 +119,9 @@ class Leases:
         self._pool: ThreadPoolExecutor | None = None
         self._in_flight = 0  # requests holding a shared in-flight slot
         self._closed = False
+        self.blocks = LimitBlocks(store, clock, self.instance, lease_secs=lease_secs,
+                                  later=self._later) \
+            if self.limits and callable(getattr(store, "lease_limits", None)) else None
 
     # -- running store calls off the loop -------------------------------------
 
@@ -285,6 +293,13 @@ class Leases:
     async def take_limits(self, key_id: str, *, window: float, rpm: int | None,
                           tpm: int | None, parallel: int | None, tokens: int,
                           now: float) -> LimitCount:
+        if self.blocks is not None:
+            held = self.blocks.take_now(key_id, window=window, rpm=rpm, tpm=tpm,
+                                        parallel=parallel, tokens=tokens)
+            if held is not None:
+                return held
+            return await self._run(self.blocks.take, key_id, window=window, rpm=rpm,
+                                   tpm=tpm, parallel=parallel, tokens=tokens, now=now)
         counted = await self._run(self.store.take_limits, key_id, self.instance,
                                   window=window, rpm=rpm, tpm=tpm, parallel=parallel,
                                   tokens=tokens, now=now, expires_at=now + self.lease_secs)
@@ -295,6 +310,9 @@ class Leases:
 
     def release_limits(self, key_id: str, *, window: float, tokens: int,
                        parallel: bool) -> None:
+        if self.blocks is not None:
+            self.blocks.release(key_id, window=window, tokens=tokens, parallel=parallel)
+            return
         if parallel:
             with self._lock:
                 self._in_flight = max(0, self._in_flight - 1)
@@ -304,7 +322,26 @@ class Leases:
                     expires_at=now + self.lease_secs)
 
     async def counts(self, key_id: str, window: float, now: float) -> LimitCount:
+        if self.blocks is not None:
+            return await self._run(self.blocks.counts, key_id, window=window, now=now)
         return await self._run(self.store.limit_counts, key_id, window=window, now=now)
+
+    def drain(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the background writes queued so far (a Lambda
+        instance's, before it may be frozen); False when they are still running."""
+        with self._lock:
+            pool = self._pool
+        if pool is None:
+            return True
+        try:
+            done = pool.submit(lambda: None)
+        except RuntimeError:  # shut down meanwhile
+            return True
+        try:
+            done.result(timeout)
+        except TimeoutError:
+            return False
+        return True
 
     # -- upkeep ---------------------------------------------------------------
 
@@ -331,7 +368,9 @@ class Leases:
                             del self._books[(key_id, period)]
             except Exception:  # noqa: BLE001 - upkeep must never stop the gateway
                 log.exception("budget lease upkeep failed for key %s", key_id)
-        if slots and self.limits:
+        if self.blocks is not None:
+            self.blocks.tick()
+        elif slots and self.limits:
             try:
                 self.store.renew_slots(self.instance, now + self.lease_secs)
             except Exception:  # noqa: BLE001
@@ -341,6 +380,8 @@ class Leases:
         """A long-lived process's upkeep: ``tick`` every ``TICK_SECS`` off the loop."""
         if not self.budgets and not self.limits:
             return
+        if self.blocks is not None:
+            self.blocks.ticking = True  # settled tokens and free slots wait for the tick
         while not stop.is_set():
             try:
                 await asyncio.to_thread(self.tick)
@@ -359,6 +400,8 @@ class Leases:
             books = list(self._books)
         if pool is not None:
             pool.shutdown(wait=True)
+        if self.blocks is not None:
+            self.blocks.close()
         for key_id, period in books:
             try:
                 self._write(key_id, period, 0.0, give_back=True)

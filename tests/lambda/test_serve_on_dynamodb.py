@@ -95,15 +95,15 @@ Fleet = Callable[..., list[ServeProcess]]
 def fleet(moto: SerialMotoServer, tmp_path: Path,
           upstreams: tuple[FakeUpstream, FakeUpstream]) -> Iterator[Fleet]:
     """``fleet(n=2, keys=False, store={...}, **gateway_config)``: n ``serve`` processes on
-    fresh tables."""
+    fresh tables (``keys``: True for ``KEYS_TOML``, or the keys' own TOML)."""
     with ExitStack() as stack:
-        def start(n: int = 2, *, keys: bool = False, store: dict[str, Any] | None = None,
-                  **config: Any) -> list[ServeProcess]:
+        def start(n: int = 2, *, keys: bool | str = False,
+                  store: dict[str, Any] | None = None, **config: Any) -> list[ServeProcess]:
             state, ledger = fresh_tables(moto.url)
             primary, backup = upstreams
             path = tmp_path / f"humpyard-{state}.toml"
             path.write_text(gateway_config(primary.url, backup.url, **config)
-                            + (KEYS_TOML if keys else "")
+                            + (keys if isinstance(keys, str) else KEYS_TOML if keys else "")
                             + store_toml(moto.url, state, ledger, **(store or {})))
             procs = [ServeProcess(path, tmp_path / f"serve-{state}-{i}.log",
                                   env={**AWS_ENV, **KEYS}) for i in range(n)]
@@ -256,6 +256,54 @@ def test_dynamodb_calls_per_request_at_steady_load(
         print(f"\nserve on DynamoDB: {n} requests in {elapsed:.1f} s ({n / elapsed:.0f}/s, "
               f"{clients} clients), {batches:.0f} writer batches: {writes} write calls "
               f"({writes / n:.3f} a request); every call: {calls}")
+
+
+def _limited(limit: str) -> str:
+    return f"""
+[keys.app]
+key_env = "APP_KEY"
+{limit}
+"""
+
+
+def test_rpm_limit_refuses_the_sixth_request_on_either_machine(fleet: Fleet) -> None:
+    """Before limit blocks on DynamoDB each process counted alone: 7 of 7 served."""
+    a, b = fleet(keys=_limited("rpm_limit = 5"))
+    if time.time() % 60 > 50:  # all seven in one clock minute
+        time.sleep(61 - time.time() % 60)
+    sent = [chat((a, b)[i % 2], KEYS["APP_KEY"], expect=200 if i < 5 else 429)
+            for i in range(7)]
+    assert [r.headers["x-ratelimit-remaining-requests"] for r in sent] == \
+        ["4", "3", "2", "1", "0", "0", "0"]
+    assert all(r.json()["error"]["code"] == "rate_limit_exceeded" for r in sent[5:])
+
+
+def test_max_parallel_requests_holds_across_machines(
+        fleet: Fleet, upstreams: tuple[FakeUpstream, FakeUpstream]) -> None:
+    """One slow request in flight on each process: a third is refused on either; a slot
+    freed on one process is given back by its upkeep and served on the other."""
+    primary, _ = upstreams
+    a, b = fleet(keys=_limited("max_parallel_requests = 2"))
+    primary.script(delay(3.0, ok("slow")), delay(3.0, ok("slow")))
+    with ThreadPoolExecutor(2) as pool:
+        slow = [pool.submit(chat, p, KEYS["APP_KEY"]) for p in (a, b)]
+        until(lambda: len(primary.requests_to("/v1/chat/completions")) == 2, "both in flight")
+        for proc in (a, b):
+            refused = chat(proc, KEYS["APP_KEY"], expect=429)
+            assert "max_parallel_requests is 2" in refused.json()["error"]["message"]
+        assert [f.result().status_code for f in slow] == [200, 200]
+    until(lambda: _in_flight(b) == 0, "a's upkeep to give its free slot back")
+    primary.script(delay(1.0, ok("slow")), delay(1.0, ok("slow")))
+    with ThreadPoolExecutor(2) as pool:  # both slots are b's to take now
+        assert [r.status_code for r in pool.map(lambda p: chat(p, KEYS["APP_KEY"]), (b, b))] \
+            == [200, 200]
+
+
+def _in_flight(proc: ServeProcess) -> int:
+    r = httpx.post(proc.url + "/v1/route/explain", json={"model": "auto"}, timeout=20,
+                   headers={"authorization": f"Bearer {KEYS['APP_KEY']}"})
+    assert r.status_code == 200, r.text
+    return int(r.json()["limits"]["in_flight"])
 
 
 def _quiet(moto: SerialMotoServer, op: str, secs: float = 0.5) -> bool:

@@ -244,6 +244,10 @@ class Instance:
         if not gw.writer.flush(self.env.flush_timeout_secs):
             log.error("ledger writes still pending after %.1f s; pending=%d",
                       self.env.flush_timeout_secs, gw.writer.pending)
+        leases = gw.allowance.leases
+        if leases is not None and not leases.drain(self.env.flush_timeout_secs):
+            log.error("lease writes still pending after %.1f s",  # per-key limit slots,
+                      self.env.flush_timeout_secs)  # settled tokens: written when it thaws
         flush_health = getattr(gw.health, "flush", None)
         if flush_health is not None and not flush_health(self.env.flush_timeout_secs):
             log.error("breaker writes still pending after %.1f s",

@@ -11,6 +11,8 @@ tests and local emulators, ``template.yaml`` for AWS. The parts:
   ``ADD``s;
 - ``dynamodb_state``: overrides (atomic id counter, audited changes) and
   quota snapshots and history;
+- ``dynamodb_leases`` and ``dynamodb_limits``: budget leases on the spend
+  item, per-key limit blocks and in-flight slots on the key's limits item;
 - ``dynamodb_live``: breakers (one item, compare-and-set per endpoint) and
   latency buckets (atomic ``ADD``, sharded);
 - ``dynamodb_base``: the client, retries through the injected clock, typed
@@ -34,6 +36,7 @@ from humpyard.store.dynamodb_base import S, as_float, as_int, as_str
 from humpyard.store.dynamodb_keys import spend_key
 from humpyard.store.dynamodb_leases import DynamoDBLeases
 from humpyard.store.dynamodb_ledger import DynamoDBLedger, LedgerWriteError
+from humpyard.store.dynamodb_limits import DynamoDBLimits
 from humpyard.store.dynamodb_live import (
     LATENCY_SHARDS,
     LIVE_KEY,
@@ -53,7 +56,7 @@ logger = logging.getLogger("humpyard.store")
 
 
 class DynamoDBStore(DynamoDBLedger, DynamoDBOverrides, DynamoDBQuota, DynamoDBLive,
-                    DynamoDBLeases):
+                    DynamoDBLeases, DynamoDBLimits):
     """A ``Store`` on the tables ``state_table`` and ``ledger_table``.
 
     ``DynamoDBStore(state_table, ledger_table, *, clock, client,

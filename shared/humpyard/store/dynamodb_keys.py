@@ -47,3 +47,12 @@ def sort_position(sort: str) -> tuple[float, str]:
     """(time, request id) of a sort key."""
     stamp, _, rid = sort.partition("#")
     return key_time(stamp), rid
+
+
+LIMITS_TTL_SECS = 7 * 86_400
+"""How long a key's limit item is kept after its last write."""
+
+
+def limits_key(key_id: str) -> Item:
+    """The item of a key's per-key limit counters and in-flight slot leases."""
+    return {"pk": S(f"limits#{key_id}"), "sk": S("limits")}

@@ -131,3 +131,25 @@ class LeaseStore(Protocol):
     def renew_slots(self, instance: str, expires_at: float) -> None:
         """Extend the expiry of every in-flight slot row of ``instance``."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class LimitLease:
+    """The answer of ``DynamoDBLimits.lease_limits`` (and ``read_limits``).
+
+    ``granted``: the requests, tokens and slot change asked for were added (the
+    block, or the need when the block did not fit); ``got`` is (requests, tokens)
+    added. ``requests`` and ``tokens`` are the window's totals handed out to every
+    instance, ``in_flight`` the slots every live instance holds and ``slots`` this
+    instance's, ``holders`` the instances that took blocks in the window, all after
+    the write. ``refused`` names the limit that refused the need (None: granted).
+    """
+
+    granted: bool
+    got: tuple[int, int]
+    requests: int
+    tokens: int
+    in_flight: int
+    slots: int
+    holders: int
+    refused: str | None = None

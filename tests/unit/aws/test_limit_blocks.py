@@ -1,0 +1,208 @@
+"""Per-key limits shared by instances on one DynamoDB table (moto): blocks and slots.
+
+Two instances (an ``Allowance`` over ``Leases`` over a ``DynamoDBStore`` each,
+one table, as ``serve`` processes and Lambda instances build them) admit keys
+through ``admit_shared`` and give back through ``settle``. Before limit
+blocks each instance counted alone: two instances alternating admitted 10 of
+10 requests against ``rpm_limit = 5`` (the first test's 7 all passed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from humpyard.allowance import Allowance, Hold, LimitState
+from humpyard.clock import FakeClock
+from humpyard.config.spec import KeySpec
+from humpyard.errors import RateLimited
+from humpyard.leases import Leases
+from humpyard.store.dynamodb import DynamoDBStore
+from humpyard.store.dynamodb_calls import count_calls
+from tests.unit.aws.moto_support import LEDGER, STATE, SerializedClient
+
+
+def instances(client: Any, clock: FakeClock, n: int = 2, *,
+              ticking: bool = True) -> list[Allowance]:
+    """``n`` instances; ``ticking``: a long-lived process's (its upkeep runs ``tick``,
+    called by hand here), else a Lambda instance's."""
+    made = [Allowance(Leases(DynamoDBStore(STATE, LEDGER, clock=clock, client=client), clock))
+            for _ in range(n)]
+    for allowance in made:
+        assert allowance.leases is not None and allowance.leases.blocks is not None
+        allowance.leases.blocks.ticking = ticking
+    return made
+
+
+def key(**limits: int) -> KeySpec:
+    return KeySpec(id="agent", digest=b"", **limits)  # type: ignore[arg-type]
+
+
+class Admitted:
+    """One ``admit_shared``: its hold, or the limit that refused it, and the state."""
+
+    def __init__(self, allowance: Allowance, k: KeySpec, clock: FakeClock, tokens: int):
+        self.hold: Hold | None = None
+        self.refused: str | None = None
+        try:
+            self.hold, state = asyncio.run(allowance.admit_shared(k, tokens, clock.now()))
+        except RateLimited as e:
+            self.refused = e.limit
+            state = e.state  # type: ignore[attr-defined]
+        assert state is not None
+        self.state: LimitState = state
+
+
+def take(allowance: Allowance, clock: FakeClock, tokens: int = 0, **limits: int) -> Admitted:
+    return Admitted(allowance, key(**limits), clock, tokens)
+
+
+def counts(allowance: Allowance, clock: FakeClock, **limits: int) -> LimitState:
+    return asyncio.run(allowance.state_shared(key(**limits), clock.now()))
+
+
+def tick(allowance: Allowance) -> None:
+    assert allowance.leases is not None
+    allowance.leases.tick()
+
+
+@pytest.fixture
+def minute(clock: FakeClock) -> FakeClock:
+    assert clock.now() % 60 == 0  # the start of a minute: the tests stay in it
+    return clock
+
+
+def test_rpm_limit_refuses_the_sixth_request_across_two_instances(client: Any,
+                                                                  minute: FakeClock) -> None:
+    a, b = instances(client, minute)
+    got = [take((a, b)[i % 2], minute, rpm_limit=5) for i in range(7)]
+    assert [c.refused for c in got] == [None] * 5 + ["rpm_limit"] * 2
+    assert [c.state.requests_left for c in got] == [4, 3, 2, 1, 0, 0, 0]  # the headers'
+    assert counts(a, minute, rpm_limit=5).requests_left == 0
+    assert counts(b, minute, rpm_limit=5).requests_left == 0
+    minute.advance(60)  # a new minute starts from zero
+    assert take(b, minute, rpm_limit=5).refused is None
+    assert counts(a, minute, rpm_limit=5).requests_left == 4
+
+
+def test_a_large_limit_is_taken_in_blocks_and_never_exceeded(client: Any,
+                                                             minute: FakeClock) -> None:
+    counted = count_calls(client)
+    a, b = instances(counted, minute)
+    admitted = 0
+    for i in range(700):
+        if take((a, b)[i % 2], minute, rpm_limit=600).refused is None:
+            admitted += 1
+    writes = counted.calls["UpdateItem"]
+    assert admitted <= 600
+    assert admitted >= 600 - 60  # at most the other instance's unused block goes begging
+    assert writes <= 40, writes  # blocks of up to 60 requests, not a write per request
+
+
+def test_many_threads_on_two_instances_never_pass_the_limit(client: Any,
+                                                            minute: FakeClock) -> None:
+    shared = SerializedClient(client)
+    pair = instances(shared, minute)
+    admitted: list[int] = []
+
+    def hammer(allowance: Allowance) -> None:
+        n = sum(1 for _ in range(60) if take(allowance, minute, rpm_limit=50).refused is None)
+        admitted.append(n)
+
+    threads = [threading.Thread(target=hammer, args=(pair[i % 2],)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert 45 <= sum(admitted) <= 50
+
+
+def test_tpm_limit_counts_estimates_and_settled_tokens_across_instances(
+        client: Any, minute: FakeClock) -> None:
+    """Estimates of 55 tokens, answers of 80: three fit in 250 (240 used), the fourth
+    is refused on either instance once the other's answers are settled."""
+    a, b = instances(client, minute)
+    for i, inst in enumerate((a, b, a)):
+        got = take(inst, minute, 55, tpm_limit=250)
+        assert got.refused is None and got.hold is not None
+        inst.settle(got.hold, 80)
+        tick(inst)  # the upkeep writes the settled tokens
+        assert counts((b, a)[i % 2], minute, tpm_limit=250).tokens_left == 250 - 80 * (i + 1)
+    refused = take(b, minute, 55, tpm_limit=250)
+    assert refused.refused == "tpm_limit"
+    assert refused.state.tokens_left == 10
+
+
+def test_a_request_larger_than_tpm_limit_only_in_an_unused_minute(client: Any,
+                                                                 minute: FakeClock) -> None:
+    a, b = instances(client, minute)
+    assert take(a, minute, 500, tpm_limit=100).refused is None  # nothing used yet
+    assert take(b, minute, 1, tpm_limit=100).refused == "tpm_limit"
+    minute.advance(60)
+    assert take(b, minute, 10, tpm_limit=100).refused is None
+    assert take(a, minute, 500, tpm_limit=100).refused == "tpm_limit"
+
+
+def test_max_parallel_requests_holds_and_free_slots_come_back_with_the_tick(
+        client: Any, minute: FakeClock) -> None:
+    a, b = instances(client, minute)
+    first, second = take(a, minute, max_parallel_requests=2), take(b, minute,
+                                                                  max_parallel_requests=2)
+    assert first.hold is not None and second.hold is not None
+    assert counts(a, minute, max_parallel_requests=2).in_flight == 2
+    assert take(a, minute, max_parallel_requests=2).refused == "max_parallel_requests"
+    assert take(b, minute, max_parallel_requests=2).refused == "max_parallel_requests"
+    a.settle(first.hold, None)
+    again = take(a, minute, max_parallel_requests=2)  # its own free slot, no write
+    assert again.hold is not None
+    a.settle(again.hold, None)
+    assert take(b, minute, max_parallel_requests=2).refused == "max_parallel_requests"
+    tick(a)  # a kept its free slot until its upkeep gave it back
+    assert counts(b, minute, max_parallel_requests=2).in_flight == 1
+    assert take(b, minute, max_parallel_requests=2).refused is None
+
+
+def test_the_slots_of_a_dead_instance_count_until_their_lease_expires(
+        client: Any, minute: FakeClock) -> None:
+    a, b = instances(client, minute)
+    for _ in range(2):
+        assert take(a, minute, max_parallel_requests=2).refused is None
+    # a dies holding both; b is refused until the lease (120 s, not renewed) expires
+    minute.advance(100)
+    assert take(b, minute, max_parallel_requests=2).refused == "max_parallel_requests"
+    minute.advance(21)
+    assert take(b, minute, max_parallel_requests=2).refused is None
+    assert counts(b, minute, max_parallel_requests=2).in_flight == 1
+
+
+def test_a_living_instance_renews_its_slots(client: Any, minute: FakeClock) -> None:
+    a, b = instances(client, minute)
+    assert take(a, minute, max_parallel_requests=1).refused is None
+    for _ in range(5):  # 200 s of a long request, with the upkeep every 40 s
+        minute.advance(40)
+        tick(a)
+    assert take(b, minute, max_parallel_requests=1).refused == "max_parallel_requests"
+
+
+def test_close_gives_every_slot_back(client: Any, minute: FakeClock) -> None:
+    a, b = instances(client, minute)
+    got = take(a, minute, max_parallel_requests=1)
+    assert got.hold is not None
+    a.settle(got.hold, None)
+    a.close()
+    assert take(b, minute, max_parallel_requests=1).refused is None
+
+
+def test_a_lambda_instance_gives_a_slot_back_when_its_request_ends(
+        client: Any, minute: FakeClock) -> None:
+    """No upkeep tick runs in Lambda: the release writes (on the background thread,
+    drained before the instance may be frozen)."""
+    a, b = instances(client, minute, ticking=False)
+    got = take(a, minute, max_parallel_requests=1)
+    assert got.hold is not None
+    a.settle(got.hold, None)
+    assert a.leases is not None and a.leases.drain(10)
+    assert take(b, minute, max_parallel_requests=1).refused is None
