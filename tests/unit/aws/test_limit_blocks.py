@@ -10,19 +10,27 @@ blocks each instance counted alone: two instances alternating admitted 10 of
 from __future__ import annotations
 
 import asyncio
+import io
+import logging
 import threading
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from humpyard.allowance import Allowance, Hold, LimitState
+from humpyard.aws.build import Instance, build_gateway
+from humpyard.aws.env import LambdaEnv
+from humpyard.aws.flush import FlushMiddleware
 from humpyard.clock import FakeClock
 from humpyard.config.spec import KeySpec
 from humpyard.errors import RateLimited
+from humpyard.http.app import create_app
 from humpyard.leases import Leases
 from humpyard.store.dynamodb import DynamoDBStore
 from humpyard.store.dynamodb_calls import count_calls
-from tests.unit.aws.moto_support import LEDGER, STATE, SerializedClient
+from tests.unit.aws.moto_support import LEDGER, STATE, Failing, SerializedClient
 
 
 def instances(client: Any, clock: FakeClock, n: int = 2, *,
@@ -206,3 +214,92 @@ def test_a_lambda_instance_gives_a_slot_back_when_its_request_ends(
     a.settle(got.hold, None)
     assert a.leases is not None and a.leases.drain(10)
     assert take(b, minute, max_parallel_requests=1).refused is None
+
+
+def test_an_unreachable_table_leaves_the_instance_counting_alone(
+        client: Any, minute: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
+    """Throttled past the store's retries: the request is admitted on this instance's own
+    counts (logged), not failed; once the table answers, the shared counts return."""
+    failing = Failing(client, times=4, operations=frozenset({"UpdateItem"}))
+    (a,) = instances(failing, minute, 1)
+    with caplog.at_level(logging.WARNING, logger="humpyard.leases"):
+        got = take(a, minute, rpm_limit=5)
+    assert got.refused is None and got.hold is not None and not got.hold.shared
+    assert "counting them in this process" in caplog.text
+    a.settle(got.hold, None)
+    again = take(a, minute, rpm_limit=5)
+    assert again.hold is not None and again.hold.shared
+
+
+LAMBDA_CONFIG = """
+[providers.p]
+base_url = "http://p.test/v1"
+[targets.t]
+endpoints = [{ provider = "p", model = "m" }]
+[routes.r]
+type = "passthrough"
+targets = ["t"]
+[keys.k]
+key_env = "KEY"
+max_parallel_requests = 1
+rpm_limit = 3
+"""
+
+
+def test_two_lambda_instances_share_a_keys_limits(client: Any, tmp_path: Path) -> None:
+    """The real Lambda wiring: while A's request is in flight B is refused
+    (max_parallel_requests = 1); once A's answer is flushed its slot is back and B is
+    served; the fourth request of the minute, on either, is refused (rpm_limit = 3)."""
+    clock = FakeClock()
+    path = tmp_path / "humpyard.toml"
+    path.write_text(LAMBDA_CONFIG)
+    env = LambdaEnv.from_environ({"HUMPYARD_STATE_TABLE": STATE,
+                                  "HUMPYARD_LEDGER_TABLE": LEDGER,
+                                  "HUMPYARD_CONFIG": str(path)})
+    arrived, release = asyncio.Event(), asyncio.Event()
+
+    async def upstream(request: httpx.Request) -> httpx.Response:
+        arrived.set()
+        await release.wait()
+        return httpx.Response(200, json={
+            "id": "c", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "hi"}}],
+            "usage": {"prompt_tokens": 4, "completion_tokens": 1, "total_tokens": 5}})
+
+    apps = []
+    for _ in range(2):
+        gw = build_gateway(env, dynamodb=client, clock=clock, environ={"KEY": "secret"},
+                           transport=httpx.MockTransport(upstream))
+        inst = Instance(env=env, gateway=gw, logger=logging.getLogger("tests.limits"),  # type: ignore[arg-type]
+                        stdout=io.StringIO())
+        apps.append((inst, FlushMiddleware(create_app(gw.config, gateway=gw), inst.flush)))
+    body = {"model": "r", "messages": [{"role": "user", "content": "x"}]}
+
+    async def run() -> list[httpx.Response]:
+        a, b = (httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw",
+                                  headers={"authorization": "Bearer secret"})
+                for _, app in apps)
+        first = asyncio.create_task(a.post("/v1/chat/completions", json=body))
+        await asyncio.wait_for(arrived.wait(), 10)
+        busy = await asyncio.wait_for(b.post("/v1/chat/completions", json=body), 5)
+        release.set()
+        out = [await first, busy]
+        out.append(await b.post("/v1/chat/completions", json=body))  # A's slot is back
+        out.append(await a.post("/v1/chat/completions", json=body))
+        out.append(await b.post("/v1/chat/completions", json=body))  # the 4th of the minute
+        await a.aclose()
+        await b.aclose()
+        return out
+
+    done, busy, second, third, fourth = asyncio.run(run())
+    for inst, _ in apps:
+        inst.close()
+    assert [r.status_code for r in (done, busy, second, third, fourth)] == \
+        [200, 429, 200, 200, 429], [r.text for r in (busy, fourth)]
+    assert "max_parallel_requests is 1" in busy.json()["error"]["message"]
+    assert "rpm_limit is 3" in fourth.json()["error"]["message"]
+    item = client.get_item(TableName=STATE, Key={"pk": {"S": "limits#k"},
+                                                 "sk": {"S": "limits"}})["Item"]
+    assert item["sl"]["N"] == "0"  # every slot given back
+    assert not [n for n in item if n.startswith("s_")]
