@@ -213,3 +213,16 @@ def test_fitting_and_cache_prices_reach_the_endpoint():
     assert (ep.max_output_tokens, ep.reasoning, ep.price_cache_read, ep.price_cache_write) == (
         8192, False, 0.3, 3.75)
     assert ep.adapts and not cfg.targets["large"].endpoints[0].adapts
+
+
+def test_a_bedrock_provider_refuses_a_health_path():
+    """A readiness probe is a plain GET: against bedrock-runtime it is unsigned and
+    only ever answered 403, so a health_path there marked every target not ready."""
+    text = ('[providers.b]\nprotocol = "bedrock"\nregion = "us-east-1"\n'
+            'health_path = "/ping"\n'
+            '[targets.t]\nendpoints = [{ provider = "b", model = "anthropic.claude" }]\n'
+            '[routes.r]\ntargets = ["t"]\n')
+    with pytest.raises(ConfigError) as e:
+        load_config_text(text)
+    assert "health_path is not used with protocol = \"bedrock\"" in str(e.value)
+    assert "providers.b" in str(e.value)

@@ -122,6 +122,11 @@ class Provider(_Strict):
             raise ValueError("api_key_env is not used with protocol = \"bedrock\": calls are "
                              "signed with AWS credentials from the standard chain "
                              "(docs/upstream.md, \"Amazon Bedrock\")")
+        if self.health_path is not None:
+            raise ValueError("health_path is not used with protocol = \"bedrock\": "
+                             "bedrock-runtime has no health path and a readiness probe is "
+                             "not signed, so it would only ever read 403; Bedrock's own "
+                             "errors trip the breaker instead")
         return self
 
     @model_validator(mode="after")
