@@ -66,7 +66,8 @@ class _Key:
     busy: int = 0  # of them in use
     in_flight: int = 0  # slots every instance holds (last write)
     renewed: float = 0.0  # when this instance's slot lease was last written
-    rpm_full: bool = False  # rpm_limit refused in ``window``: final until the minute ends
+    rpm_full: int | None = None  # the rpm_limit that refused in ``window``: final for
+    # the minute (requests only grow), unless a reload changes the limit
     flushed: float = 0.0  # when settled tokens were last written
 
 
@@ -99,7 +100,7 @@ class LimitBlocks:
             k = self._keys[key_id] = _Key()
         if window > k.window:  # a new minute: the blocks of the last one are gone
             k.window, k.req_left, k.tok_left, k.settle = window, 0, 0, 0
-            k.requests, k.tokens, k.holders, k.rpm_full = 0, 0, 1, False
+            k.requests, k.tokens, k.holders, k.rpm_full = 0, 0, 1, None
         return k
 
     @staticmethod
@@ -134,7 +135,7 @@ class LimitBlocks:
         with self._lock:
             k = self._key(key_id, window)
             need_r, need_t, need_s = self._needs(k, rpm, tpm, parallel, tokens)
-            if need_r and k.rpm_full and not need_s:  # requests only grow in a minute
+            if need_r and k.rpm_full == rpm and not need_s:  # requests only grow
                 return self._count(k, "rpm_limit")
             if need_r or need_t or need_s:
                 return None
@@ -163,7 +164,7 @@ class LimitBlocks:
                 k.requests, k.tokens, k.holders = answer.requests, answer.tokens, answer.holders
                 k.in_flight, k.slots = answer.in_flight, answer.slots
                 if not answer.granted:
-                    k.rpm_full = answer.refused == "rpm_limit"
+                    k.rpm_full = rpm if answer.refused == "rpm_limit" else None
                     return self._count(k, answer.refused)
                 k.req_left += answer.got[0]
                 k.tok_left += answer.got[1]

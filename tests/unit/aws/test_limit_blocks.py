@@ -110,6 +110,20 @@ def test_a_large_limit_is_taken_in_blocks_and_never_exceeded(client: Any,
     assert writes <= 40, writes  # blocks of up to 60 requests, not a write per request
 
 
+def test_a_flood_past_rpm_limit_costs_one_refused_write_per_minute(
+        client: Any, minute: FakeClock) -> None:
+    """Requests only grow within a minute: after one refusal the rest of the minute's
+    are refused without a store call (a key's flood must not heat its item)."""
+    counted = count_calls(client)
+    (a,) = instances(counted, minute, 1)
+    assert [take(a, minute, rpm_limit=5).refused for _ in range(5)] == [None] * 5
+    before = counted.calls["UpdateItem"]
+    assert {take(a, minute, rpm_limit=5).refused for _ in range(50)} == {"rpm_limit"}
+    assert counted.calls["UpdateItem"] - before == 1
+    minute.advance(60)
+    assert take(a, minute, rpm_limit=5).refused is None
+
+
 def test_many_threads_on_two_instances_never_pass_the_limit(client: Any,
                                                             minute: FakeClock) -> None:
     shared = SerializedClient(client)
