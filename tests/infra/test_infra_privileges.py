@@ -3,7 +3,7 @@
 Each function's instance runs in process against moto (tables, the keys
 secrets) and loopback upstreams, through what its requests do in service:
 the client functions answer chats (success, failover, breaker trip and
-probe, a budgeted key's spend, latency flush) and the buffered client
+probe, a budgeted and limited key's spend and limit blocks, latency flush) and the buffered client
 paths; the admin function every admin path; the poller a scheduled run
 that polls quota, folds latency and audits an expired override. Every AWS
 call is recorded on humpyard's botocore session and replayed as IAM
@@ -89,6 +89,9 @@ decision_retention_days = 30
 [keys.app]
 key_env = "APP_KEY"
 budget = {{ usd = 100.0, period = "day" }}
+rpm_limit = 1000
+tpm_limit = 10000000
+max_parallel_requests = 8
 
 [keys.ops]
 key_env = "OPS_KEY"

@@ -10,12 +10,14 @@ A lease write is one ``UpdateItem``: add the instance's pending spend to
 (or remove) ``l_<instance>``, under the condition that the instance's lease is
 still the one it last wrote (``l_<instance>.e``, so a lease another instance
 reclaimed is never written over) and, when more is wanted, ``committed <=
-usd − the change`` (the budget). When the condition fails the item is read
-once (strongly consistent): a lease that is not what this instance thought
+usd − the change`` (the budget). When the condition fails the stored item
+comes back with the failure: a lease that is not what this instance thought
 is taken as stored and the write retried; expired leases of other instances
 are reclaimed (one conditional ``UpdateItem`` each: ``REMOVE`` and
 ``committed −= held``) and the write retried; otherwise the budget has no
-room and the spend and lease are written without the slice.
+room and the spend and lease are written without the slice. The item read is
+the one the failed write returns (``ReturnValuesOnConditionCheckFailure``): the
+functions' role grants no ``GetItem`` on the state table.
 
 Store traffic: one write per slice taken and per flush of pending spend
 (every ``leases.FLUSH_SECS["dynamodb"]`` per busy instance), never per
@@ -71,8 +73,8 @@ class DynamoDBLeases(DynamoDBBase):
                 item = self._lease_write(key_id, period, name, old, limit - keep, spent,
                                          held + want if want > 0 else held, want > 0,
                                          expires_at)
-            except ConditionFailed:
-                item = self._get_item(key_id, period)
+            except ConditionFailed as failed:
+                item = failed.item or {}  # ALL_OLD: nothing means the item is gone
                 stored = _lease(item, name)
                 if stored != old:  # reclaimed by another, or unknown to this instance
                     mine[(key_id, period, name)] = stored
@@ -120,13 +122,8 @@ class DynamoDBLeases(DynamoDBBase):
             "update_item", TableName=self.state_table, Key=spend_key(key_id, period),
             UpdateExpression=update, ConditionExpression=" AND ".join(conditions),
             ExpressionAttributeNames=names, ExpressionAttributeValues=values,
-            ReturnValues="ALL_NEW")
+            ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD")
         return dict(answer.get("Attributes", {}))
-
-    def _get_item(self, key_id: str, period: str) -> dict[str, Any]:
-        found = self._call("get_item", TableName=self.state_table,
-                           Key=spend_key(key_id, period), ConsistentRead=True)
-        return dict(found.get("Item") or {})
 
     def _reclaim(self, key_id: str, period: str, item: dict[str, Any], mine: str,
                  now: float) -> bool:

@@ -17,8 +17,9 @@ no tokens yet), and change the instance's slots, only while ``sl`` stays
 within ``max_parallel_requests``. The first write of a new minute resets it
 (``w < minute``: a condition, so two instances cannot both reset it). When the
 condition fails the item comes back with the failure
-(``ReturnValuesOnConditionCheckFailure``): a minute that moved on is reset, a
-slot lease that is not what this instance last wrote is taken as stored,
+(``ReturnValuesOnConditionCheckFailure``: no read, and no read grant): a
+minute that moved on is reset, a slot lease that is not what this instance
+last wrote is taken as stored,
 expired slot leases of other instances are reclaimed (one conditional write
 each), a block that does not fit is asked again as exactly the need, and
 otherwise the limit that refuses is named. ``settle_limits`` writes settled
@@ -103,7 +104,7 @@ class DynamoDBLimits(DynamoDBBase):
                                            rpm=rpm, tpm=tpm, parallel=parallel,
                                            expires_at=expires_at)
             except ConditionFailed as failed:
-                item = failed.item if failed.item is not None else self._limits_item(key_id)
+                item = failed.item or {}  # ALL_OLD: nothing means no item yet
                 stored_window = _window(item)
                 stored = _slot(item, name)
                 if stored_window is not None:
@@ -160,7 +161,7 @@ class DynamoDBLimits(DynamoDBBase):
                 item = self._settle_update(key_id, name, old, window, tokens=tokens,
                                            slots=slots, expires_at=expires_at)
             except ConditionFailed as failed:
-                item = failed.item if failed.item is not None else self._limits_item(key_id)
+                item = failed.item or {}
                 stored = _slot(item, name)
                 if stored != old:
                     mine[(key_id, name)] = stored
@@ -283,9 +284,10 @@ class DynamoDBLimits(DynamoDBBase):
         return dict(answer.get("Attributes", {}))
 
     def _limits_item(self, key_id: str) -> Item:
-        found = self._call("get_item", TableName=self.state_table, Key=limits_key(key_id),
-                           ConsistentRead=True)
-        return dict(found.get("Item") or {})
+        """The key's item, strongly consistent (a ``BatchGetItem`` of one: the read the
+        functions' role grants on the state it shares, docs/decisions/0002)."""
+        found = self._batch_get(self.state_table, [limits_key(key_id)])
+        return dict(found[0]) if found else {}
 
     def _reclaim_slots(self, key_id: str, item: Item, mine: str, now: float) -> bool:
         """Remove the expired slot leases of other instances; whether any went."""
