@@ -53,6 +53,7 @@ from typing import Any, TypeVar
 
 from humpyard.clock import Clock
 from humpyard.limit_blocks import LimitBlocks
+from humpyard.queued import drained
 from humpyard.store.sharing import LimitCount
 
 log = logging.getLogger("humpyard.leases")
@@ -331,17 +332,7 @@ class Leases:
         instance's, before it may be frozen); False when they are still running."""
         with self._lock:
             pool = self._pool
-        if pool is None:
-            return True
-        try:
-            done = pool.submit(lambda: None)
-        except RuntimeError:  # shut down meanwhile
-            return True
-        try:
-            done.result(timeout)
-        except TimeoutError:
-            return False
-        return True
+        return drained(pool, timeout)
 
     # -- upkeep ---------------------------------------------------------------
 

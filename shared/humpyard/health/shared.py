@@ -55,7 +55,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 
 from humpyard.clock import Clock
 from humpyard.errors import StoreError
@@ -71,6 +71,7 @@ from humpyard.health.breaker import (
     try_acquire_probe,
     view,
 )
+from humpyard.queued import drained
 from humpyard.shared_state import SharedState, state_for
 from humpyard.store.base import LiveStateStore
 
@@ -222,17 +223,7 @@ class SharedHealth:
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until the transitions queued so far are written (or given up); False if
         ``timeout`` seconds passed first. Never raises."""
-        if self._writes is None:
-            return True
-        try:
-            done: Future[None] = self._writes.submit(_nothing)
-        except RuntimeError:  # closed: everything queued was written then
-            return True
-        try:
-            done.result(timeout)
-        except TimeoutError:
-            return False
-        return True
+        return drained(self._writes, timeout)
 
     def close(self) -> None:
         """Write what is queued and stop the writes' thread."""
@@ -314,10 +305,6 @@ class SharedHealth:
                 self._stored.add(key)
             else:
                 self._stored.discard(key)
-
-
-def _nothing() -> None:
-    """A marker in the writes' queue: done when everything before it is."""
 
 
 def _cooling(state: BreakerState, now: float) -> bool:

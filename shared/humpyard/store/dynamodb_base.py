@@ -301,6 +301,28 @@ class DynamoDBBase:
                 return
             kwargs = {**kwargs, "ExclusiveStartKey": last}
 
+    def _reclaim_expired(self, key: Item, item: Item, *, prefix: str, mine: str,
+                         total: str, amount: str, now: float) -> bool:
+        """Remove from the state table's ``item`` (at ``key``) the per-instance entries
+        named ``prefix…`` other than ``mine`` whose expiry ``e`` is past ``now``, taking
+        each one's ``amount`` off ``total``: one conditional write each, so an entry
+        renewed or reclaimed meanwhile is left alone. Whether any was expired."""
+        any_gone = False
+        for name in [n for n in item if n.startswith(prefix) and n != mine]:
+            entry = item[name].get("M") if isinstance(item[name], dict) else None
+            if not isinstance(entry, dict) or as_float(entry, "e") > now:
+                continue
+            try:
+                self._call("update_item", TableName=self.state_table, Key=key,
+                           UpdateExpression="SET #t = #t - :n REMOVE #x",
+                           ConditionExpression="#x.e = :e",
+                           ExpressionAttributeNames={"#t": total, "#x": name},
+                           ExpressionAttributeValues={":n": entry[amount], ":e": entry["e"]})
+            except ConditionFailed:
+                pass  # renewed or reclaimed meanwhile
+            any_gone = True
+        return any_gone
+
     def _batch_get(self, table: str, keys: list[Item], *,
                    consistent: bool = True) -> list[Item]:
         """The items stored under ``keys`` (missing ones left out), in no particular order."""

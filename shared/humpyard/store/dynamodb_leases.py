@@ -81,7 +81,8 @@ class DynamoDBLeases(DynamoDBBase):
                     if stored is None:  # what it held no longer counts for anyone
                         held = 0.0
                     continue
-                if self._reclaim(key_id, period, item, name, now):
+                if self._reclaim_expired(spend_key(key_id, period), item, prefix=LEASE_PREFIX,
+                                         mine=name, total="committed", amount="h", now=now):
                     continue
                 if want <= 0:
                     continue
@@ -124,23 +125,3 @@ class DynamoDBLeases(DynamoDBBase):
             ExpressionAttributeNames=names, ExpressionAttributeValues=values,
             ReturnValues="ALL_NEW", ReturnValuesOnConditionCheckFailure="ALL_OLD")
         return dict(answer.get("Attributes", {}))
-
-    def _reclaim(self, key_id: str, period: str, item: dict[str, Any], mine: str,
-                 now: float) -> bool:
-        """Remove the expired leases of other instances from ``item``; whether any went."""
-        any_gone = False
-        for name in [n for n in item if n.startswith(LEASE_PREFIX) and n != mine]:
-            lease = _lease(item, name)
-            if lease is None or lease[1] > now:
-                continue
-            try:
-                self._call("update_item", TableName=self.state_table,
-                           Key=spend_key(key_id, period),
-                           UpdateExpression="SET #c = #c - :h REMOVE #l",
-                           ConditionExpression="#l.e = :e",
-                           ExpressionAttributeNames={"#c": "committed", "#l": name},
-                           ExpressionAttributeValues={":h": N(lease[0]), ":e": N(lease[1])})
-            except ConditionFailed:
-                pass  # renewed or reclaimed meanwhile
-            any_gone = True
-        return any_gone

@@ -123,7 +123,8 @@ class DynamoDBLimits(DynamoDBBase):
                 elif stored_window > window:  # another instance's clock is ahead: its minute
                     window = stored_window
                     continue
-                if self._reclaim_slots(key_id, item, name, now):
+                if self._reclaim_expired(limits_key(key_id), item, prefix=SLOT_PREFIX,
+                                         mine=name, total="sl", amount="n", now=now):
                     continue
                 if ask != need:
                     ask = need
@@ -288,21 +289,3 @@ class DynamoDBLimits(DynamoDBBase):
         functions' role grants on the state it shares, docs/decisions/0002)."""
         found = self._batch_get(self.state_table, [limits_key(key_id)])
         return dict(found[0]) if found else {}
-
-    def _reclaim_slots(self, key_id: str, item: Item, mine: str, now: float) -> bool:
-        """Remove the expired slot leases of other instances; whether any went."""
-        any_gone = False
-        for name in [n for n in item if n.startswith(SLOT_PREFIX) and n != mine]:
-            lease = _slot(item, name)
-            if lease is None or lease[1] > now:
-                continue
-            try:
-                self._call("update_item", TableName=self.state_table, Key=limits_key(key_id),
-                           UpdateExpression="SET #sl = #sl - :n REMOVE #s",
-                           ConditionExpression="#s.e = :e",
-                           ExpressionAttributeNames={"#sl": "sl", "#s": name},
-                           ExpressionAttributeValues={":n": N(lease[0]), ":e": N(lease[1])})
-            except ConditionFailed:
-                pass  # renewed or reclaimed meanwhile
-            any_gone = True
-        return any_gone

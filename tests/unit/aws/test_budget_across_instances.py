@@ -9,20 +9,15 @@ reservation is A's alone, its spend not written yet) and served it too.
 from __future__ import annotations
 
 import asyncio
-import io
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from humpyard.aws.build import Instance, build_gateway
-from humpyard.aws.env import LambdaEnv
-from humpyard.aws.flush import FlushMiddleware
 from humpyard.clock import FakeClock
-from humpyard.http.app import create_app
-from tests.unit.aws.moto_support import LEDGER, STATE
+from tests.unit.aws.lambda_pair import HeldUpstream, lambda_instances
+from tests.unit.aws.moto_support import STATE
 
 CONFIG = """
 state_refresh_ms = 1000
@@ -41,30 +36,8 @@ budget = { usd = 0.01, period = "day" }
 
 def test_a_budget_is_shared_by_two_lambda_instances(client: Any, clock: FakeClock,
                                                     tmp_path: Path) -> None:
-    path = tmp_path / "humpyard.toml"
-    path.write_text(CONFIG)
-    env = LambdaEnv.from_environ({"HUMPYARD_STATE_TABLE": STATE,
-                                  "HUMPYARD_LEDGER_TABLE": LEDGER,
-                                  "HUMPYARD_CONFIG": str(path)})
-    arrived, release = asyncio.Event(), asyncio.Event()
-
-    async def upstream(request: httpx.Request) -> httpx.Response:
-        arrived.set()
-        await release.wait()
-        return httpx.Response(200, json={
-            "id": "c", "object": "chat.completion", "created": 0, "model": "m",
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": "hi"}}],
-            "usage": {"prompt_tokens": 40, "completion_tokens": 40, "total_tokens": 80}})
-
-    instances = []
-    for _ in range(2):
-        gw = build_gateway(env, dynamodb=client, clock=clock, environ={"KEY": "secret"},
-                           transport=httpx.MockTransport(upstream))
-        inst = Instance(env=env, gateway=gw, logger=logging.getLogger("tests.budget"),  # type: ignore[arg-type]
-                        stdout=io.StringIO())
-        instances.append((inst, FlushMiddleware(create_app(gw.config, gateway=gw),
-                                                inst.flush)))
+    up = HeldUpstream({"prompt_tokens": 40, "completion_tokens": 40, "total_tokens": 80})
+    instances = lambda_instances(client, clock, tmp_path, CONFIG, up)
     body = {"model": "r", "max_tokens": 45, "messages": [{"role": "user", "content": "x"}]}
 
     async def run() -> tuple[httpx.Response, httpx.Response, httpx.Response]:
@@ -72,11 +45,11 @@ def test_a_budget_is_shared_by_two_lambda_instances(client: Any, clock: FakeCloc
                                   headers={"authorization": "Bearer secret"})
                 for _, app in instances)
         first = asyncio.create_task(a.post("/v1/chat/completions", json=body))
-        await asyncio.wait_for(arrived.wait(), 10)
+        await asyncio.wait_for(up.arrived.wait(), 10)
         # A's request is in flight: B must answer at once (a request B served would wait
         # for the upstream that only answers after B did: the timeout fails the test)
         second = await asyncio.wait_for(b.post("/v1/chat/completions", json=body), 5)
-        release.set()
+        up.release.set()
         done = await first
         third = await b.post("/v1/chat/completions", json=body)  # $0.008 spent: no room
         await a.aclose()

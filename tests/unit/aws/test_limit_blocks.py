@@ -10,7 +10,6 @@ blocks each instance counted alone: two instances alternating admitted 10 of
 from __future__ import annotations
 
 import asyncio
-import io
 import logging
 import threading
 from pathlib import Path
@@ -20,16 +19,13 @@ import httpx
 import pytest
 
 from humpyard.allowance import Allowance, Hold, LimitState
-from humpyard.aws.build import Instance, build_gateway
-from humpyard.aws.env import LambdaEnv
-from humpyard.aws.flush import FlushMiddleware
 from humpyard.clock import FakeClock
 from humpyard.config.spec import KeySpec
 from humpyard.errors import RateLimited
-from humpyard.http.app import create_app
 from humpyard.leases import Leases
 from humpyard.store.dynamodb import DynamoDBStore
 from humpyard.store.dynamodb_calls import count_calls
+from tests.unit.aws.lambda_pair import HeldUpstream, lambda_instances
 from tests.unit.aws.moto_support import LEDGER, STATE, Failing, SerializedClient
 
 
@@ -264,30 +260,8 @@ def test_two_lambda_instances_share_a_keys_limits(client: Any, tmp_path: Path) -
     """The real Lambda wiring: while A's request is in flight B is refused
     (max_parallel_requests = 1); once A's answer is flushed its slot is back and B is
     served; the fourth request of the minute, on either, is refused (rpm_limit = 3)."""
-    clock = FakeClock()
-    path = tmp_path / "humpyard.toml"
-    path.write_text(LAMBDA_CONFIG)
-    env = LambdaEnv.from_environ({"HUMPYARD_STATE_TABLE": STATE,
-                                  "HUMPYARD_LEDGER_TABLE": LEDGER,
-                                  "HUMPYARD_CONFIG": str(path)})
-    arrived, release = asyncio.Event(), asyncio.Event()
-
-    async def upstream(request: httpx.Request) -> httpx.Response:
-        arrived.set()
-        await release.wait()
-        return httpx.Response(200, json={
-            "id": "c", "object": "chat.completion", "created": 0, "model": "m",
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": "hi"}}],
-            "usage": {"prompt_tokens": 4, "completion_tokens": 1, "total_tokens": 5}})
-
-    apps = []
-    for _ in range(2):
-        gw = build_gateway(env, dynamodb=client, clock=clock, environ={"KEY": "secret"},
-                           transport=httpx.MockTransport(upstream))
-        inst = Instance(env=env, gateway=gw, logger=logging.getLogger("tests.limits"),  # type: ignore[arg-type]
-                        stdout=io.StringIO())
-        apps.append((inst, FlushMiddleware(create_app(gw.config, gateway=gw), inst.flush)))
+    up = HeldUpstream({"prompt_tokens": 4, "completion_tokens": 1, "total_tokens": 5})
+    apps = lambda_instances(client, FakeClock(), tmp_path, LAMBDA_CONFIG, up)
     body = {"model": "r", "messages": [{"role": "user", "content": "x"}]}
 
     async def run() -> list[httpx.Response]:
@@ -295,9 +269,9 @@ def test_two_lambda_instances_share_a_keys_limits(client: Any, tmp_path: Path) -
                                   headers={"authorization": "Bearer secret"})
                 for _, app in apps)
         first = asyncio.create_task(a.post("/v1/chat/completions", json=body))
-        await asyncio.wait_for(arrived.wait(), 10)
+        await asyncio.wait_for(up.arrived.wait(), 10)
         busy = await asyncio.wait_for(b.post("/v1/chat/completions", json=body), 5)
-        release.set()
+        up.release.set()
         out = [await first, busy]
         out.append(await b.post("/v1/chat/completions", json=body))  # A's slot is back
         out.append(await a.post("/v1/chat/completions", json=body))
