@@ -28,15 +28,17 @@ on DynamoDB a write per request to one item per key would heat it
 **Bound**: a limit is never exceeded across instances, except by the tokens a
 request used beyond its estimate that are not yet written (at most about one
 second's settling per instance; a Lambda instance frozen before its next
-request keeps them until it thaws). An instance can be refused early by at most the unused
-part of the other instances' blocks of the minute, and by their free slots
-until their next tick (a dead instance's until its slot lease expires).
+request keeps them until it thaws). An instance can be refused early by at
+most the unused part of the other instances' blocks of the minute, and by
+their free slots until their next tick (a dead instance's until its slot
+lease expires).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,7 +85,7 @@ class LimitBlocks:
     module docstring. ``later`` runs a blocking call soon, in order, off the loop."""
 
     def __init__(self, store: Any, clock: Clock, instance: str, *, lease_secs: float,
-                 later: Any) -> None:
+                 later: Callable[..., None]) -> None:
         self.store = store
         self.clock = clock
         self.instance = instance
