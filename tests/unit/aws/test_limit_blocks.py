@@ -291,3 +291,40 @@ def test_two_lambda_instances_share_a_keys_limits(client: Any, tmp_path: Path) -
                                                  "sk": {"S": "limits"}})["Item"]
     assert item["sl"]["N"] == "0"  # every slot given back
     assert not [n for n in item if n.startswith("s_")]
+
+
+@pytest.mark.parametrize("ticking,limits,tokens,gap,most", [
+    (True, {"rpm_limit": 5000}, 0, 0.1, 0.01),
+    (True, {"rpm_limit": 60}, 0, 1.1, 0.2),
+    (True, {"tpm_limit": 1_000_000}, 1000, 0.1, 0.12),
+    (True, {"max_parallel_requests": 8}, 0, 0.1, 0.2),
+    (True, {"rpm_limit": 600, "tpm_limit": 1_000_000, "max_parallel_requests": 8}, 1000,
+     0.1, 0.25),
+    (False, {"rpm_limit": 60}, 0, 1.1, 0.2),
+    (False, {"tpm_limit": 1_000_000}, 1000, 0.1, 0.12),
+    (False, {"max_parallel_requests": 8}, 0, 0.1, 2.0),
+], ids=["rpm5000", "rpm60", "tpm", "parallel", "all", "lambda-rpm60", "lambda-tpm",
+        "lambda-parallel"])
+def test_writes_per_request(client: Any, clock: FakeClock, ticking: bool,
+                            limits: dict[str, int], tokens: int, gap: float,
+                            most: float) -> None:
+    """The store traffic docs/routing.md states: 300 requests one after another on one
+    instance, ``gap`` seconds apart, answers using 80 % of their token estimate; a
+    long-lived process's upkeep ticks every second."""
+    counted = count_calls(client)
+    (a,) = instances(counted, clock, 1, ticking=ticking)
+    last_tick, n = clock.now(), 300
+    for _ in range(n):
+        got = take(a, clock, tokens, **limits)
+        assert got.hold is not None, got.refused
+        a.settle(got.hold, int(tokens * 0.8) if tokens else None)
+        if not ticking:
+            assert a.leases is not None and a.leases.drain(10)
+        clock.advance(gap)
+        if ticking and clock.now() - last_tick >= 1.0:
+            tick(a)
+            last_tick = clock.now()
+    writes = counted.calls["UpdateItem"] / n
+    print(f"{'long-lived' if ticking else 'Lambda'} {limits}: {writes:.3f} writes a request")
+    assert writes <= most
+    assert not counted.calls["GetItem"] and not counted.calls["BatchGetItem"]
