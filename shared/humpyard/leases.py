@@ -29,15 +29,11 @@ every live lease leaves no room for it: the key never spends more than its
 budget plus one request's misestimate, and at most the unused slices of the
 other instances (and of dead ones, until they expire) are refused early.
 
-**Per-key limits.** On a store that other processes share cheaply (SQLite, a
-local file) ``rpm_limit``, ``tpm_limit`` and ``max_parallel_requests`` are
-counted in the store with one transaction per admission and one per release
-(``take_limits``/``release_limits``): exact across processes. In-flight slots
-are rows per instance with an expiry renewed by the background tick, so a
-killed process frees its slots within ``lease_secs``. On DynamoDB, where a
-write per request would heat the key's item, instances take blocks of each
-minute and hold slots (``limit_blocks.py``). On the memory store (one
-process) the limits are the process's own.
+**Per-key limits** shared through the store go through ``limit_counter``
+(``limit_counters.py``): a transaction per admission and per end on SQLite,
+blocks of each minute and leased slots on DynamoDB; its background writes
+share this instance's thread, and its upkeep the tick. On the memory store
+(one process) the limits are the process's own.
 """
 
 from __future__ import annotations
@@ -52,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from humpyard.clock import Clock
-from humpyard.limit_blocks import LimitBlocks
+from humpyard.limit_counters import limit_counter
 from humpyard.queued import drained
 from humpyard.store.sharing import LimitCount
 
@@ -69,9 +65,6 @@ FLUSH_SECS = {"memory": 0.0, "sqlite": 0.0, "dynamodb": 10.0}
 """How long settled spend may wait in the instance before it is written, per store kind."""
 TICK_SECS = 1.0
 """How often a long-lived process flushes, renews and gives back leases."""
-SHARED_LIMITS = frozenset({"sqlite", "dynamodb"})
-"""Store kinds whose per-key limits are shared: counted per request (SQLite), in blocks
-(DynamoDB)."""
 
 
 @dataclass(slots=True)
@@ -107,9 +100,6 @@ class Leases:
         self.instance = instance or secrets.token_hex(4)
         kind = getattr(store, "kind", "")
         self.budgets = callable(getattr(store, "lease_budget", None))
-        self.limits = kind in SHARED_LIMITS and (callable(getattr(store, "take_limits", None))
-                                                 or callable(getattr(store, "lease_limits",
-                                                                     None)))
         self.inline = kind == "memory"
         self.flush_secs = FLUSH_SECS.get(kind, 0.0) if flush_secs is None else flush_secs
         self.lease_secs = lease_secs
@@ -118,11 +108,11 @@ class Leases:
         self._lock = threading.Lock()  # the books; never held across a store call
         self._io = threading.Lock()  # one lease write at a time
         self._pool: ThreadPoolExecutor | None = None
-        self._in_flight = 0  # requests holding a shared in-flight slot
         self._closed = False
-        self.blocks = LimitBlocks(store, clock, self.instance, lease_secs=lease_secs,
-                                  later=self._later) \
-            if self.limits and callable(getattr(store, "lease_limits", None)) else None
+        # Per-key limits shared through the store (limit_counters.py), or None.
+        self.limit_counter = limit_counter(store, clock, self.instance,
+                                           lease_secs=lease_secs, later=self._later)
+        self.limits = self.limit_counter is not None
 
     # -- running store calls off the loop -------------------------------------
 
@@ -294,38 +284,26 @@ class Leases:
     async def take_limits(self, key_id: str, *, window: float, rpm: int | None,
                           tpm: int | None, parallel: int | None, tokens: int,
                           now: float) -> LimitCount:
-        if self.blocks is not None:
-            held = self.blocks.take_now(key_id, window=window, rpm=rpm, tpm=tpm,
-                                        parallel=parallel, tokens=tokens)
-            if held is not None:
-                return held
-            return await self._run(self.blocks.take, key_id, window=window, rpm=rpm,
-                                   tpm=tpm, parallel=parallel, tokens=tokens, now=now)
-        counted = await self._run(self.store.take_limits, key_id, self.instance,
-                                  window=window, rpm=rpm, tpm=tpm, parallel=parallel,
-                                  tokens=tokens, now=now, expires_at=now + self.lease_secs)
-        if counted.refused is None and parallel is not None:
-            with self._lock:
-                self._in_flight += 1
-        return counted
+        """Count one request in the key's shared limits (``limit_counters.py``), or name
+        the limit that refuses it; a store call only when what is held does not do."""
+        counter = self.limit_counter
+        assert counter is not None, "the store shares no per-key limits"
+        held = counter.take_now(key_id, window=window, rpm=rpm, tpm=tpm, parallel=parallel,
+                                tokens=tokens)
+        if held is not None:
+            return held
+        return await self._run(counter.take, key_id, window=window, rpm=rpm, tpm=tpm,
+                               parallel=parallel, tokens=tokens, now=now)
 
     def release_limits(self, key_id: str, *, window: float, tokens: int,
                        parallel: bool) -> None:
-        if self.blocks is not None:
-            self.blocks.release(key_id, window=window, tokens=tokens, parallel=parallel)
-            return
-        if parallel:
-            with self._lock:
-                self._in_flight = max(0, self._in_flight - 1)
-        now = self.clock.now()
-        self._later(self.store.release_limits, key_id, self.instance, window=window,
-                    tokens=tokens, parallel=parallel, now=now,
-                    expires_at=now + self.lease_secs)
+        if self.limit_counter is not None:
+            self.limit_counter.release(key_id, window=window, tokens=tokens, parallel=parallel)
 
     async def counts(self, key_id: str, window: float, now: float) -> LimitCount:
-        if self.blocks is not None:
-            return await self._run(self.blocks.counts, key_id, window=window, now=now)
-        return await self._run(self.store.limit_counts, key_id, window=window, now=now)
+        counter = self.limit_counter
+        assert counter is not None, "the store shares no per-key limits"
+        return await self._run(counter.counts, key_id, window=window, now=now)
 
     def drain(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for the background writes queued so far (a Lambda
@@ -342,7 +320,6 @@ class Leases:
         now = self.clock.now()
         with self._lock:
             books = list(self._books.items())
-            slots = self._in_flight > 0
         for (key_id, period), book in books:
             try:
                 idle = book.used <= 1e-12 and now - book.last_use >= self.idle_secs
@@ -359,20 +336,15 @@ class Leases:
                             del self._books[(key_id, period)]
             except Exception:  # noqa: BLE001 - upkeep must never stop the gateway
                 log.exception("budget lease upkeep failed for key %s", key_id)
-        if self.blocks is not None:
-            self.blocks.tick()
-        elif slots and self.limits:
-            try:
-                self.store.renew_slots(self.instance, now + self.lease_secs)
-            except Exception:  # noqa: BLE001
-                log.exception("in-flight slots could not be renewed")
+        if self.limit_counter is not None:
+            self.limit_counter.tick()
 
     async def run(self, stop: asyncio.Event) -> None:
         """A long-lived process's upkeep: ``tick`` every ``TICK_SECS`` off the loop."""
         if not self.budgets and not self.limits:
             return
-        if self.blocks is not None:
-            self.blocks.ticking = True  # settled tokens and free slots wait for the tick
+        if self.limit_counter is not None:
+            self.limit_counter.ticking = True  # settled tokens, free slots wait for it
         while not stop.is_set():
             try:
                 await asyncio.to_thread(self.tick)
@@ -391,8 +363,8 @@ class Leases:
             books = list(self._books)
         if pool is not None:
             pool.shutdown(wait=True)
-        if self.blocks is not None:
-            self.blocks.close()
+        if self.limit_counter is not None:
+            self.limit_counter.close()
         for key_id, period in books:
             try:
                 self._write(key_id, period, 0.0, give_back=True)

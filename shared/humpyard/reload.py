@@ -73,7 +73,7 @@ class FileWatch:
 
 class Watch(Protocol):
     """When a configuration is due for reloading (``FileWatch``; a worker's
-    ``workers.PublishedConfig``)."""
+    ``published_config.PublishedConfig``)."""
 
     def mark(self, includes: Sequence[str]) -> None: ...
 
@@ -85,7 +85,7 @@ class Reloader:
 
     ``load`` and ``watch`` replace reading the file and watching its files (a worker
     of ``serve --workers N`` loads what its parent checked and published:
-    ``workers.PublishedConfig`` is both)."""
+    ``published_config.PublishedConfig`` is both)."""
 
     def __init__(self, path: str, current: Callable[[], Config], apply: Callable[[Config], None],
                  env: Mapping[str, str] | None = None, *,

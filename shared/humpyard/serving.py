@@ -218,7 +218,7 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
         _own_stop_signals(loop, stop, lambda: server)
     published = None
     if worker_dir is not None:  # the parent's checked configuration, never the file
-        from humpyard.workers import PublishedConfig
+        from humpyard.published_config import PublishedConfig
         published = PublishedConfig(worker_dir, config_path)
         cfg = published.load()
     else:

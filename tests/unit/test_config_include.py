@@ -223,7 +223,7 @@ def test_a_worker_catches_up_with_a_reload_published_while_it_started(tmp_path):
     published after that load and before the worker listened for SIGHUP (which it
     ignores while starting) is seen by its first look, and loaded once."""
     from humpyard.config.files import ConfigFiles
-    from humpyard.workers import PublishedConfig, publish_config
+    from humpyard.published_config import PublishedConfig, publish_config
     conf = write(tmp_path, {"humpyard.toml": MAIN.format(inc="prices.toml"),
                             "prices.toml": PRICES})
     run_dir = tmp_path / "run"

@@ -23,6 +23,7 @@ from humpyard.clock import FakeClock
 from humpyard.config.spec import KeySpec
 from humpyard.errors import RateLimited
 from humpyard.leases import Leases
+from humpyard.limit_blocks import LimitBlocks
 from humpyard.store.dynamodb import DynamoDBStore
 from humpyard.store.dynamodb_calls import count_calls
 from tests.unit.aws.lambda_pair import HeldUpstream, lambda_instances
@@ -36,8 +37,9 @@ def instances(client: Any, clock: FakeClock, n: int = 2, *,
     made = [Allowance(Leases(DynamoDBStore(STATE, LEDGER, clock=clock, client=client), clock))
             for _ in range(n)]
     for allowance in made:
-        assert allowance.leases is not None and allowance.leases.blocks is not None
-        allowance.leases.blocks.ticking = ticking
+        assert allowance.leases is not None
+        assert isinstance(allowance.leases.limit_counter, LimitBlocks)
+        allowance.leases.limit_counter.ticking = ticking
     return made
 
 
