@@ -125,13 +125,13 @@ class Aggregate:
     cache_write_tokens: int = 0
     hist: dict[int, int] = field(default_factory=dict)
 
-    def count(self, failed: bool, latency_ms: float | None) -> None:
-        """One request (or attempt); ``latency_ms`` None keeps it out of the p50."""
+    def count(self, failed: bool, bucket: int | None) -> None:
+        """One request (or attempt) whose latency is in histogram ``bucket``
+        (``latency_bucket``); None keeps it out of the p50."""
         self.requests += 1
         self.failures += int(failed)
-        if latency_ms is not None:
-            b = latency_bucket(latency_ms)
-            self.hist[b] = self.hist.get(b, 0) + 1
+        if bucket is not None:
+            self.hist[bucket] = self.hist.get(bucket, 0) + 1
 
     def charge(self, row: DecisionRow) -> None:
         self.cost_usd += row.cost_usd or 0.0
@@ -169,23 +169,26 @@ def _add(row: DecisionRow, at: Callable[[str, str | None], Aggregate]) -> None:
 
 
 def _add_dims(row: DecisionRow, at: Callable[[str, str | None], Aggregate],
-              own: tuple[tuple[str, str | None], ...]) -> None:
-    own_latency = row.latency_ms if row.outcome == "ok" else None
+              own_dims: tuple[tuple[str, str | None], ...]) -> None:
+    failed = row.failed
+    own = None if row.outcome != "ok" or row.latency_ms is None \
+        else latency_bucket(row.latency_ms)
     served = (("target", row.target), ("provider", row.provider))
-    for dim, value in own:
+    for dim, value in own_dims:
         a = at(dim, value)
-        a.count(row.failed, own_latency)
+        a.count(failed, own)
         a.charge(row)
     if row.attempts is None:
         for dim, value in served:
             a = at(dim, value)
-            a.count(row.failed, own_latency)
+            a.count(failed, own)
             a.charge(row)
         return
     for attempt in row.attempts:
-        for dim, value in (("target", attempt.target), ("provider", attempt.provider)):
-            at(dim, value).count(attempt.failed,
-                                 None if attempt.failed else attempt.latency_ms)
+        bucket = None if attempt.failed or attempt.latency_ms is None \
+            else latency_bucket(attempt.latency_ms)
+        at("target", attempt.target).count(attempt.failed, bucket)
+        at("provider", attempt.provider).count(attempt.failed, bucket)
     if row.target is not None or row.cost_usd or row.input_tokens or row.output_tokens:
         for dim, value in served:
             at(dim, value).charge(row)

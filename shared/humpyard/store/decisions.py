@@ -12,8 +12,7 @@ import binascii
 import json
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from humpyard import jsonfast
 
@@ -24,8 +23,7 @@ FAILURE_OUTCOMES = frozenset({"failed", "stream_broken"})
 and the refusals: ``refused``, ``budget_exhausted``, ``forbidden``, ...) does not."""
 
 
-@dataclass(frozen=True, slots=True)
-class AttemptRow:
+class AttemptRow(NamedTuple):
     """What stats need of one attempted endpoint call (skipped ones are left out)."""
 
     target: str | None
@@ -34,12 +32,14 @@ class AttemptRow:
     latency_ms: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class DecisionRow:
+class DecisionRow(NamedTuple):
     """A decision flattened into its indexed fields plus the full JSON body.
 
     ``attempts`` is None when the decision has no ``attempts`` list (stats
     then count the decision itself under its target and provider).
+
+    Rows are named tuples: immutable, and made in half the time of a frozen
+    dataclass, once per decision on the request path (ADR 0003).
     """
 
     request_id: str
@@ -67,19 +67,27 @@ class DecisionRow:
         return self.outcome in FAILURE_OUTCOMES
 
 
+_NUMBERS = (int, float)
+_EXACT = 2 ** 53
+
+
 def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if type(value) is float:  # the usual case first
+        return value if math.isfinite(value) else None
+    if isinstance(value, bool) or not isinstance(value, _NUMBERS):
         return None
     return float(value) if math.isfinite(value) else None
 
 
 def _int(value: Any) -> int | None:
+    if type(value) is int and -_EXACT <= value <= _EXACT:  # int(float(value)) == value
+        return value
     n = _num(value)
     return None if n is None else int(n)
 
 
 def _str(value: Any) -> str | None:
-    return None if value is None else str(value)
+    return value if type(value) is str or value is None else str(value)
 
 
 def _attempts(raw: Any) -> tuple[AttemptRow, ...] | None:

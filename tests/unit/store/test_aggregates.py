@@ -66,3 +66,32 @@ def test_a_refusal_adds_no_target_row() -> None:
     row = decision_row({"request_id": "r", "ts": 0, "route": "auto", "outcome": "forbidden",
                         "target": None, "attempts": [], "cost_usd": 0.0})
     assert sorted(bucket_totals([row])) == [("key", 0, ""), ("route", 0, "auto")]
+
+
+def _num_as_specified(value: object) -> float | None:
+    """A finite number (never a bool) as a float, else None: the rule the fast paths
+    of ``decision_row`` must keep."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+ODD = [None, True, False, 0, -1, 7, 2**53, 2**53 + 1, -(2**53) - 1, 10**30, 0.0, -0.0,
+       2.5, 1e300, math.inf, -math.inf, math.nan, "200", "", [1], {"a": 1}]
+
+
+def test_indexed_values_keep_their_rule_whatever_their_type() -> None:
+    """Every odd value in every indexed field: the row holds what the rule says (a
+    float field its float, an int field ``int`` of it, a name its ``str``)."""
+    for v in ODD:
+        row = decision_row({"request_id": "r", "ts": 1, "status": v, "latency_ms": v,
+                            "cost_usd": v, "prompt_tokens": v, "route": v, "target": v,
+                            "usage": {"input_tokens": v, "output_tokens": v},
+                            "attempts": [{"status": v, "latency_ms": v, "target": v}]})
+        n = _num_as_specified(v)
+        whole = None if n is None else int(n)
+        assert (row.status, row.prompt_tokens, row.input_tokens) == (whole, whole, whole), v
+        assert row.latency_ms == n or (n is None and row.latency_ms is None), v
+        assert (row.route, row.target) == ((None, None) if v is None else (str(v), str(v))), v
+        assert row.attempts is not None and row.attempts[0].latency_ms == n, v
+        assert type(row.status) is (int if whole is not None else type(None)), v
