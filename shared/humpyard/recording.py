@@ -32,6 +32,7 @@ from typing import Any
 from humpyard.errors import HumpyardError, UpstreamError
 from humpyard.ledger.decision import build_decision, stream_usage, token_counts
 from humpyard.ledger.periods import period_key
+from humpyard.logsink import info_line
 from humpyard.metrics.translation import note_kind
 from humpyard.planning.estimate import relayed_text_bytes
 from humpyard.planning.types import Plan
@@ -244,10 +245,10 @@ def _count(gw: RequestServices, call: Call, decision: dict[str, Any], status: in
                     decision.get("rule") or "-", target, decision.get("provider") or "-",
                     status, latency_ms, decision["outcome"], decision.get("error"))
     elif call.config.log_requests and log.isEnabledFor(logging.INFO):
-        log.info("request request_id=%s route=%s rule=%s target=%s provider=%s status=%s "
-                 "ms=%.1f outcome=%s", call.request_id, route, decision.get("rule") or "-",
-                 target, decision.get("provider") or "-", status, latency_ms,
-                 decision["outcome"])
+        info_line(log, "request request_id=%s route=%s rule=%s target=%s provider=%s "
+                  "status=%s ms=%.1f outcome=%s", call.request_id, route,
+                  decision.get("rule") or "-", target, decision.get("provider") or "-",
+                  status, latency_ms, decision["outcome"])
 
 
 USAGE_KINDS = (("input", "input_tokens"), ("output", "output_tokens"),
