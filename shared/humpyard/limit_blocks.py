@@ -51,6 +51,9 @@ BLOCK_FRACTION = 0.1
 """A block is at most this share of a limit, so an instance strands little of a minute."""
 SETTLE_SECS = 1.0
 """Settled tokens wait in the instance at most about this long (the upkeep's tick)."""
+FORGET_SECS = 120.0
+"""A key with nothing held or owed is forgotten this long after its minute began, so
+an instance's memory follows the keys in use, not every key ever seen."""
 
 
 @dataclass(slots=True)
@@ -241,7 +244,8 @@ class LimitBlocks:
                 log.exception("per-key limit upkeep failed for key %s", key_id)
             with self._lock:
                 k = self._keys.get(key_id)
-                if k is not None and not k.slots and not k.settle and k.window + 120 < now:
+                if (k is not None and not k.slots and not k.settle
+                        and k.window + FORGET_SECS < now):
                     del self._keys[key_id]
 
     def counts(self, key_id: str, *, window: float, now: float) -> LimitCount:

@@ -23,7 +23,7 @@ from humpyard.clock import FakeClock
 from humpyard.config.spec import KeySpec
 from humpyard.errors import RateLimited
 from humpyard.leases import Leases
-from humpyard.limit_blocks import LimitBlocks
+from humpyard.limit_blocks import FORGET_SECS, LimitBlocks
 from humpyard.store.dynamodb import DynamoDBStore
 from humpyard.store.dynamodb_calls import count_calls
 from tests.unit.aws.lambda_pair import HeldUpstream, lambda_instances
@@ -44,7 +44,11 @@ def instances(client: Any, clock: FakeClock, n: int = 2, *,
 
 
 def key(**limits: int) -> KeySpec:
-    return KeySpec(id="agent", digest=b"", **limits)  # type: ignore[arg-type]
+    return key_named("agent", **limits)
+
+
+def key_named(name: str, **limits: int) -> KeySpec:
+    return KeySpec(id=name, digest=b"", **limits)  # type: ignore[arg-type]
 
 
 class Admitted:
@@ -330,3 +334,31 @@ def test_writes_per_request(client: Any, clock: FakeClock, ticking: bool,
     print(f"{'long-lived' if ticking else 'Lambda'} {limits}: {writes:.3f} writes a request")
     assert writes <= most
     assert not counted.calls["GetItem"] and not counted.calls["BatchGetItem"]
+
+
+def test_the_upkeep_forgets_idle_keys_but_not_one_holding_a_slot(
+        client: Any, minute: FakeClock) -> None:
+    """The memory bound: an instance keeps a key's counts while it holds or owes
+    something, and forgets it ``FORGET_SECS`` after its minute began once it does not."""
+    (a,) = instances(client, minute, 1)
+    assert a.leases is not None
+    blocks = a.leases.limit_counter
+    assert isinstance(blocks, LimitBlocks)
+    idle = Admitted(a, key_named("idle", rpm_limit=100), minute, 0)
+    busy = Admitted(a, key_named("busy", max_parallel_requests=1), minute, 0)
+    assert idle.hold is not None and busy.hold is not None
+    a.settle(idle.hold, None)
+    tick(a)
+    assert set(blocks._keys) == {"idle", "busy"}
+    minute.advance(FORGET_SECS)  # not past it yet
+    tick(a)
+    assert set(blocks._keys) == {"idle", "busy"}
+    minute.advance(1)
+    tick(a)
+    assert set(blocks._keys) == {"busy"}  # its slot is still held (and renewed)
+    a.settle(busy.hold, None)
+    tick(a)  # the slot goes back at this tick; the key, at the next
+    tick(a)
+    assert blocks._keys == {}
+    again = Admitted(a, key_named("idle", rpm_limit=100), minute, 0)  # a key seen anew
+    assert again.hold is not None and again.state.requests_left == 99  # in this minute
