@@ -79,7 +79,8 @@ class Gateway:
                  policy: RoutingPolicy | None = None, health: Any = None,
                  latency: LatencyBook | None = None,
                  writer: BackgroundWriter | InlineWriter | None = None,
-                 latency_flush_secs: float = LATENCY_FLUSH_SECS):
+                 latency_flush_secs: float = LATENCY_FLUSH_SECS,
+                 instance: str | None = None):
         self.clock = clock or SystemClock()
         self.rng = rng or random.Random()
         self._config = config
@@ -105,7 +106,9 @@ class Gateway:
         self.reads = ReadPool()  # the admin API's store calls, off the event loop
         # Budget reservations and per-key limits in flight; across instances through
         # leases of the store (leases.py).
-        self.allowance = Allowance(Leases(self.store, self.clock,
+        # ``instance`` names this process in the store (a worker's, given by its parent,
+        # which gives back what a dead worker held); random when not given.
+        self.allowance = Allowance(Leases(self.store, self.clock, instance=instance,
                                           fallback=self.writer.submit_spend))
         events = ExecutorEvents(self.metrics, self.latency_book, self.clock)
         self.executor = Executor(self.client, self.health, self.readiness, self.clock,

@@ -178,7 +178,7 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
                 stop: asyncio.Event | None = None, surfaces: Collection[str] | None = None,
                 store: Any = None, worker_fd: int | None = None,
                 worker_state: str | None = None, worker_dir: str | None = None,
-                worker_index: int = 0) -> None:
+                worker_index: int = 0, worker_instance: str | None = None) -> None:
     """Serve the gateway on ``config_path`` at ``host:port`` until SIGINT or SIGTERM;
     SIGHUP and ``reload_poll_secs`` reload the file. ``ConfigError`` if the file is
     invalid at start.
@@ -201,7 +201,9 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     with the other workers (``worker_state``: the parent's private file, when the
     configuration names no ledger), keep its metrics' snapshot in the run's
     directory ``worker_dir`` as worker ``worker_index`` (``/metrics`` answers every
-    worker's: ``metrics/sharing.py``), and stop when the parent is gone."""
+    worker's: ``metrics/sharing.py``), hold budget leases and limit slots in the file
+    as ``worker_instance`` (the parent gives them back if the worker dies), and stop
+    when the parent is gone."""
     import uvicorn
 
     from humpyard import telemetry
@@ -234,7 +236,9 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     backend = fleet.backend_of(cfg)
     if worker_fd is not None and backend != "dynamodb":
         # the SQLite file shared as live state; on DynamoDB a worker is one serve process
-        app = create_app(cfg, _shared_store(cfg, worker_state), surfaces=surfaces)
+        from humpyard.gateway import Gateway
+        app = create_app(cfg, gateway=Gateway(cfg, _shared_store(cfg, worker_state),
+                                              instance=worker_instance), surfaces=surfaces)
     elif CLIENT not in surfaces and backend == "sqlite" and file_on_disk(
             cfg.ledger.path if cfg.ledger is not None else None):
         # humpyard console: serves no requests, so it shows the breakers and latency of

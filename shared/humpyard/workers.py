@@ -25,7 +25,12 @@ The parent process serves nothing itself. It
 - starts each worker as ``humpyard serve --worker-fd FD`` and restarts one
   that exits without being told to (after ``RESTART_BACKOFF_SECS``, doubled
   up to ``MAX_RESTART_BACKOFF_SECS`` while it keeps dying within
-  ``STABLE_SECS`` of its start);
+  ``STABLE_SECS`` of its start); each start names the worker's instance in the
+  store (``--worker-instance``), so that when a worker dies without its
+  shutdown the parent gives back, on a SQLite file, the budget leases and
+  per-key limit slots it held (``give_back``) instead of leaving them to count
+  until their lease expires (on DynamoDB they do: no one process can find
+  them all);
 - hands every worker the configuration it checked, not the file: the texts
   of the file and of those it includes, as read for the check, are published
   in the run's directory (``published_config.py``), and a worker loads those, at
@@ -49,9 +54,11 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -155,6 +162,26 @@ def _reset_quietly(cfg: Config) -> None:
         log.warning("could not empty the live state at exit: %s", e)
 
 
+def give_back(path: str, instance: str) -> None:
+    """What the dead worker ``instance`` held in the SQLite file at ``path``: its budget
+    leases and limit slots stop counting now (logged; a failure leaves them to expire)."""
+    from humpyard.clock import SystemClock
+    from humpyard.store.sqlite import SharedSQLiteStore
+    try:
+        store = SharedSQLiteStore(path, SystemClock())
+        try:
+            leases, slots = store.release_instance(instance)
+        finally:
+            store.close()
+    except (HumpyardError, OSError, sqlite3.Error) as e:
+        log.warning("could not give back what instance %s held; it counts until its lease "
+                    "expires: %s", instance, e)
+        return
+    if leases or slots:
+        log.warning("gave back instance %s's %d budget lease(s) and %d limit slot row(s)",
+                    instance, leases, slots)
+
+
 def listening_socket(host: str, port: int) -> socket.socket:
     """A bound, listening TCP socket the workers inherit."""
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -171,6 +198,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
 class _Worker:
     index: int
     proc: subprocess.Popen[bytes] | None = None
+    instance: str = ""  # its name in the store, new at each start
     started: float = 0.0
     backoff: float = RESTART_BACKOFF_SECS
     due: float = 0.0  # when a dead worker is started again
@@ -196,24 +224,26 @@ class Supervisor:
         self._generation = 0
         self._watch = FileWatch(config_path)  # reload_poll_secs: the parent watches
         self._next_poll = 0.0
+        self._state_file: str | None = None  # the SQLite file the workers share, if any
 
-    def _command(self, fd: int, index: int) -> list[str]:
+    def _command(self, fd: int, w: _Worker) -> list[str]:
         assert self.run_dir is not None
         state = ["--worker-state", self.run_dir.state] if self.run_dir.state else []
         return [sys.executable, "-m", "humpyard.cli", *self.argv, "serve",
                 "--config", self.config_path, "--host", self.host, "--port", str(self.port),
                 *self.serve_args, "--worker-fd", str(fd), "--worker-dir", self.run_dir.dir,
-                "--worker-index", str(index), *state]
+                "--worker-index", str(w.index), "--worker-instance", w.instance, *state]
 
     def _start(self, w: _Worker) -> None:
         assert self.sock is not None
         fd = self.sock.fileno()
         # A session of its own: a terminal's Ctrl-C reaches the parent only, which
         # then stops each worker once (a second signal would cut its drain short).
-        w.proc = subprocess.Popen(self._command(fd, w.index), pass_fds=(fd,),
+        w.instance = f"w{w.index}-{secrets.token_hex(4)}"
+        w.proc = subprocess.Popen(self._command(fd, w), pass_fds=(fd,),
                                   start_new_session=True)
         w.started = time.monotonic()
-        log.info("worker %d started pid=%d", w.index, w.proc.pid,
+        log.info("worker %d started pid=%d instance=%s", w.index, w.proc.pid, w.instance,
                  extra={"worker": w.index, "pid": w.proc.pid})
 
     def run(self) -> int:
@@ -228,6 +258,11 @@ class Supervisor:
             if backend == "sqlite":
                 reset_live_state(cfg)
             self.run_dir = RunDir(state=backend == "memory")
+            if backend == "sqlite":
+                assert cfg.ledger is not None and cfg.ledger.path is not None
+                self._state_file = os.path.expanduser(cfg.ledger.path)
+            else:
+                self._state_file = self.run_dir.state  # None on DynamoDB
             publish_config(self.run_dir.dir, files, self._generation)
             if self.run_dir.state is not None:
                 log.info("no ledger configured: the workers share a state file of their own "
@@ -326,6 +361,8 @@ class Supervisor:
                 continue
             log.error("worker %d (pid %d) exited with %s; restarting it", w.index, w.proc.pid,
                       code, extra={"worker": w.index, "pid": w.proc.pid})
+            if self._state_file is not None:
+                give_back(self._state_file, w.instance)
             if now - w.started < STABLE_SECS:
                 w.backoff = min(w.backoff * 2, MAX_RESTART_BACKOFF_SECS)
             else:

@@ -356,6 +356,74 @@ def test_kill_9_of_one_worker_loses_at_most_its_last_batch(tmp_path: Path,
     assert "exited with -9; restarting it" in server.output()
 
 
+def test_a_killed_workers_slots_and_leases_are_given_back_at_once(tmp_path: Path):
+    """A worker killed while its request holds the key's only slot: the parent gives
+    the slot (and the budget lease) back as it restarts the worker, so the key is
+    served again within seconds. They used to count until their lease expired
+    (120 s): every request of the key was refused with 429 until then."""
+    with FakeUpstream() as slow, FakeUpstream() as fast:
+        slow.default = delay(20, ok("slow"))  # still in flight when its worker dies
+        priced = ", price = { input = 1.0, output = 1.0 }"
+        cfg = write_config(tmp_path, target(slow.url, "slow", priced)
+                           + target(fast.url, "fast", priced) + """
+[keys.par]
+key_env = "PAR"
+max_parallel_requests = 1
+budget = { usd = 50, period = "day" }
+""")
+        server = ServeProcess(cfg, tmp_path / "serve.log", args=("--workers", "2"),
+                              env={"PAR": "par-secret"}).start()
+        held = threading.Thread(target=lambda: _quietly(
+            lambda: post(server.url, "slow", "par-secret")), daemon=True)
+        try:
+            held.start()
+            poll(lambda: len(slow.requests_to(CHAT)) == 1, what="the request in flight")
+            assert post(server.url, "fast", "par-secret").status_code == 429  # the slot
+            (holder,) = _slot_holders(tmp_path / "ledger.db")
+            assert holder in _lease_holders(tmp_path / "ledger.db")
+            pid = _pid_of_instance(server.output(), holder)
+            os.kill(pid, signal.SIGKILL)
+            poll(lambda: f"gave back instance {holder}" in server.output(), timeout=10,
+                 what="the parent to give the slot back")
+            assert _slot_holders(tmp_path / "ledger.db") == []
+            assert post(server.url, "fast", "par-secret").status_code == 200
+            assert holder not in _lease_holders(tmp_path / "ledger.db")
+        finally:
+            assert server.stop() == 0
+
+
+def _quietly(call: Callable[[], object]) -> None:
+    try:
+        call()
+    except httpx.TransportError:  # its worker was killed
+        pass
+
+
+def _slot_holders(db: Path) -> list[str]:
+    con = sqlite3.connect(db)
+    try:
+        return [i for (i,) in con.execute(
+            "SELECT instance FROM limit_slots WHERE in_flight > 0")]
+    finally:
+        con.close()
+
+
+def _lease_holders(db: Path) -> list[str]:
+    con = sqlite3.connect(db)
+    try:
+        return [i for (i,) in con.execute("SELECT instance FROM budget_leases")]
+    finally:
+        con.close()
+
+
+def _pid_of_instance(log: str, instance: str) -> int:
+    """The worker's pid, from the parent's ``worker N started pid=P instance=I`` line."""
+    for line in log.splitlines():
+        if f"instance={instance}" in line and " started pid=" in line:
+            return int(line.split(" started pid=")[1].split()[0])
+    raise AssertionError(f"no worker started as {instance}")
+
+
 def test_sighup_reloads_every_worker_all_or_nothing(tmp_path: Path, upstream: FakeUpstream):
     cfg = write_config(tmp_path, target(upstream.url))
     server = start(cfg, tmp_path)

@@ -150,3 +150,15 @@ class SQLiteLeases(SQLiteBase):
             self._ensure(conn)
             conn.execute("UPDATE limit_slots SET expires_at = ? WHERE instance = ?",
                          (expires_at, instance))
+
+    def release_instance(self, instance: str) -> tuple[int, int]:
+        """Give back everything a dead ``instance`` holds (``serve --workers``' parent,
+        when a worker dies without its shutdown): its budget leases and in-flight slots
+        stop counting now instead of at their expiry. The number of each deleted."""
+        with self._tx() as conn:
+            self._ensure(conn)
+            leases = conn.execute("DELETE FROM budget_leases WHERE instance = ?",
+                                  (instance,)).rowcount
+            slots = conn.execute("DELETE FROM limit_slots WHERE instance = ?",
+                                 (instance,)).rowcount
+        return leases, slots
