@@ -82,6 +82,8 @@ class DynamoDBStore(DynamoDBLedger, DynamoDBOverrides, DynamoDBQuota, DynamoDBLi
     def __init__(self, state_table: str, ledger_table: str, **kwargs: Any) -> None:
         super().__init__(state_table, ledger_table, **kwargs)
         self._stats_state()
+        self._leases_state()
+        self._limits_state()
 
     def read_shared(self, request: SharedRequest) -> SharedRead:
         """One strongly consistent ``BatchGetItem`` of the live item, the spend items and the

@@ -54,18 +54,19 @@ def _holders(item: dict[str, Any], now: float) -> int:
 class DynamoDBLeases(DynamoDBBase):
     """``lease_budget`` on the spend item; see the module docstring."""
 
-    def _mine(self) -> dict[tuple[str, str, str], tuple[float, float] | None]:
-        d: Any = self.__dict__
-        if "_leases_mine" not in d:
-            d["_leases_mine"] = {}
-        return d["_leases_mine"]  # type: ignore[no-any-return]
+    _leases_mine: dict[tuple[str, str, str], tuple[float, float] | None]
+    """(key id, period, lease attribute) → this instance's lease as last written."""
+
+    def _leases_state(self) -> None:
+        """Set up what this instance knows of its leases (called once from the constructor)."""
+        self._leases_mine = {}
 
     def lease_budget(self, key_id: str, period: str, instance: str, *, limit: float,
                      spent: float, held: float, want: float, now: float,
                      expires_at: float, keep: float = 0.0) -> LeaseAnswer:
         spent = check_usd(spent)
         held = max(0.0, held)
-        mine = self._mine()
+        mine = self._leases_mine
         name = LEASE_PREFIX + instance
         for _ in range(_ATTEMPTS):
             old = mine.get((key_id, period, name))

@@ -76,14 +76,16 @@ def _answer(item: Item, name: str, window: float, *, granted: bool,
 class DynamoDBLimits(DynamoDBBase):
     """``lease_limits``, ``settle_limits`` and ``read_limits``; see the module docstring."""
 
-    def _limits_mine(self) -> tuple[dict[tuple[str, str], tuple[int, float] | None],
-                                    dict[str, float]]:
-        """(key id, slot attribute) → this instance's slot lease as last written, and
-        key id → the latest minute seen on the key's item."""
-        d: Any = self.__dict__
-        if "_limits_known" not in d:
-            d["_limits_known"] = ({}, {})
-        return d["_limits_known"]  # type: ignore[no-any-return]
+    _slots_mine: dict[tuple[str, str], tuple[int, float] | None]
+    """(key id, slot attribute) → this instance's slot lease as last written."""
+    _minutes_seen: dict[str, float]
+    """Key id → the latest minute seen on the key's item."""
+
+    def _limits_state(self) -> None:
+        """Set up what this instance knows of the limits items (called once from the
+        constructor)."""
+        self._slots_mine = {}
+        self._minutes_seen = {}
 
     def lease_limits(self, key_id: str, instance: str, *, window: float,
                      want: tuple[int, int], need: tuple[int, int], slots: int,
@@ -93,7 +95,7 @@ class DynamoDBLimits(DynamoDBBase):
         more) to the instance's slots, under the limits; when ``want`` does not fit,
         ``need`` (at most ``want``); else add nothing and name the limit that refuses."""
         name = SLOT_PREFIX + instance
-        mine, seen = self._limits_mine()
+        mine, seen = self._slots_mine, self._minutes_seen
         ask = want
         fresh = seen.get(key_id, -1.0) < window  # a new minute, as far as this one knows
         for _ in range(_ATTEMPTS):
@@ -148,7 +150,7 @@ class DynamoDBLimits(DynamoDBBase):
         minute, change the instance's slots by ``slots`` (negative: given back; 0 renews
         the lease to ``expires_at``). No limit is checked."""
         name = SLOT_PREFIX + instance
-        mine, _ = self._limits_mine()
+        mine = self._slots_mine
         for _ in range(_ATTEMPTS):
             old = mine.get((key_id, name))
             if not tokens and old is None and slots <= 0:
