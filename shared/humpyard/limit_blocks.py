@@ -1,7 +1,8 @@
 """Per-key limits across instances on DynamoDB: blocks of each minute, slots in flight.
 
 One ``LimitBlocks`` per process (or Lambda instance) on a DynamoDB store, inside
-its ``Leases``. On SQLite every admission is one transaction (``leases.py``);
+its ``Leases``. On SQLite every admission is one transaction
+(``limit_counters.CountedLimits``);
 on DynamoDB a write per request to one item per key would heat it
 (docs/decisions/0002), so an instance takes *blocks*:
 
@@ -43,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from humpyard.clock import Clock
+from humpyard.limit_counters import LimitCounter
 from humpyard.store.sharing import LimitCount, LimitLease
 
 log = logging.getLogger("humpyard.leases")
@@ -83,20 +85,15 @@ def block(limit: int, handed: int, holders: int, need: int) -> int:
     return max(need, min(left // (2 * max(1, holders)), max(1, int(limit * BLOCK_FRACTION))))
 
 
-class LimitBlocks:
+class LimitBlocks(LimitCounter):
     """This instance's blocks of its keys' minutes and its in-flight slots; see the
-    module docstring. ``later`` runs a blocking call soon, in order, off the loop."""
+    module docstring. Its ``_lock`` guards the keys and is never held across a store
+    call; with ``ticking`` the tick settles and gives back."""
 
     def __init__(self, store: Any, clock: Clock, instance: str, *, lease_secs: float,
                  later: Callable[..., None]) -> None:
-        self.store = store
-        self.clock = clock
-        self.instance = instance
-        self.lease_secs = lease_secs
-        self._later = later
-        self.ticking = False  # a long-lived process's tick settles and gives back
+        super().__init__(store, clock, instance, lease_secs=lease_secs, later=later)
         self._keys: dict[str, _Key] = {}
-        self._lock = threading.Lock()  # the keys; never held across a store call
         self._io = threading.Lock()  # one store write at a time
 
     def _key(self, key_id: str, window: float) -> _Key:

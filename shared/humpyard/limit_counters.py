@@ -4,9 +4,10 @@ of each minute where it is not (``limit_blocks.LimitBlocks``, DynamoDB).
 
 Both answer the same calls: ``take_now`` (from what is held, no store call; or
 None), ``take`` and ``counts`` (blocking: a worker thread's), ``release``,
-``tick`` (a long-lived process's upkeep, which sets ``ticking``) and ``close``.
-``limit_counter`` picks the one a store shares; the memory store (one process)
-has none and its limits are the process's own (``allowance.Allowance.admit``).
+``tick`` (a long-lived process's upkeep, which sets ``ticking``) and ``close``;
+``LimitCounter`` holds what both are given. ``leases.limit_counter`` picks the
+one a store shares; the memory store (one process) has none and its limits are
+the process's own (``allowance.Allowance.admit``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from collections.abc import Callable
 from typing import Any
 
 from humpyard.clock import Clock
-from humpyard.limit_blocks import LimitBlocks
 from humpyard.store.sharing import LimitCount
 
 log = logging.getLogger("humpyard.leases")
@@ -27,11 +27,10 @@ SHARED_LIMITS = frozenset({"sqlite", "dynamodb"})
 (DynamoDB)."""
 
 
-class CountedLimits:
-    """Every admission and every end is one store transaction (``take_limits``,
-    ``release_limits``): exact across the processes on one file. In-flight slots
-    are rows per instance with an expiry that ``tick`` renews while requests of this
-    instance hold some, so a killed process frees them within ``lease_secs``."""
+class LimitCounter:
+    """What a limit counter is given: the store, the clock, this instance's name, how
+    long a slot lease lasts, and ``later``, which runs a blocking call soon, in order,
+    off the loop. ``ticking``: a long-lived process's upkeep calls ``tick``."""
 
     def __init__(self, store: Any, clock: Clock, instance: str, *, lease_secs: float,
                  later: Callable[..., None]) -> None:
@@ -42,6 +41,17 @@ class CountedLimits:
         self._later = later
         self.ticking = False
         self._lock = threading.Lock()
+
+
+class CountedLimits(LimitCounter):
+    """Every admission and every end is one store transaction (``take_limits``,
+    ``release_limits``): exact across the processes on one file. In-flight slots
+    are rows per instance with an expiry that ``tick`` renews while requests of this
+    instance hold some, so a killed process frees them within ``lease_secs``."""
+
+    def __init__(self, store: Any, clock: Clock, instance: str, *, lease_secs: float,
+                 later: Callable[..., None]) -> None:
+        super().__init__(store, clock, instance, lease_secs=lease_secs, later=later)
         self._in_flight = 0  # requests of this instance holding a slot
 
     def take_now(self, key_id: str, *, window: float, rpm: int | None, tpm: int | None,
@@ -84,14 +94,3 @@ class CountedLimits:
     def close(self) -> None:
         """Nothing to give back: each request's end gave its slot back."""
 
-
-def limit_counter(store: Any, clock: Clock, instance: str, *, lease_secs: float,
-                  later: Callable[..., None]) -> CountedLimits | LimitBlocks | None:
-    """How ``store`` shares per-key limits across instances, or None (not shared)."""
-    if getattr(store, "kind", "") not in SHARED_LIMITS:
-        return None
-    if callable(getattr(store, "lease_limits", None)):
-        return LimitBlocks(store, clock, instance, lease_secs=lease_secs, later=later)
-    if callable(getattr(store, "take_limits", None)):
-        return CountedLimits(store, clock, instance, lease_secs=lease_secs, later=later)
-    return None
