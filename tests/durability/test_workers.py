@@ -141,12 +141,16 @@ def poll(check: Callable[[], bool], timeout: float = 20.0, what: str = "") -> No
         time.sleep(0.05)
 
 
-def decisions(db: Path) -> dict[str, str]:
+def _rows(db: Path, sql: str) -> list[tuple[str, ...]]:
     con = sqlite3.connect(db)
     try:
-        return dict(con.execute("SELECT request_id, outcome FROM decisions"))
+        return con.execute(sql).fetchall()
     finally:
         con.close()
+
+
+def decisions(db: Path) -> dict[str, str]:
+    return dict(_rows(db, "SELECT request_id, outcome FROM decisions"))
 
 
 @pytest.fixture
@@ -400,20 +404,11 @@ def _quietly(call: Callable[[], object]) -> None:
 
 
 def _slot_holders(db: Path) -> list[str]:
-    con = sqlite3.connect(db)
-    try:
-        return [i for (i,) in con.execute(
-            "SELECT instance FROM limit_slots WHERE in_flight > 0")]
-    finally:
-        con.close()
+    return [i for (i,) in _rows(db, "SELECT instance FROM limit_slots WHERE in_flight > 0")]
 
 
 def _lease_holders(db: Path) -> list[str]:
-    con = sqlite3.connect(db)
-    try:
-        return [i for (i,) in con.execute("SELECT instance FROM budget_leases")]
-    finally:
-        con.close()
+    return [i for (i,) in _rows(db, "SELECT instance FROM budget_leases")]
 
 
 def _pid_of_instance(log: str, instance: str) -> int:
