@@ -57,3 +57,10 @@ def lambda_instances(client: Any, clock: FakeClock, tmp_path: Path, config: str,
                         stdout=io.StringIO())
         made.append((inst, FlushMiddleware(create_app(gw.config, gateway=gw), inst.flush)))
     return made
+
+
+def clients(instances: list[tuple[Instance, FlushMiddleware]]) -> list[httpx.AsyncClient]:
+    """An async client per instance, in order, calling its app with the key ``secret``."""
+    return [httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw",
+                              headers={"authorization": "Bearer secret"})
+            for _, app in instances]

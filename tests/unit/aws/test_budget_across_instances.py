@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from humpyard.clock import FakeClock
-from tests.unit.aws.lambda_pair import HeldUpstream, lambda_instances
+from tests.unit.aws.lambda_pair import HeldUpstream, clients, lambda_instances
 from tests.unit.aws.moto_support import STATE
 
 CONFIG = """
@@ -41,9 +41,7 @@ def test_a_budget_is_shared_by_two_lambda_instances(client: Any, clock: FakeCloc
     body = {"model": "r", "max_tokens": 45, "messages": [{"role": "user", "content": "x"}]}
 
     async def run() -> tuple[httpx.Response, httpx.Response, httpx.Response]:
-        a, b = (httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw",
-                                  headers={"authorization": "Bearer secret"})
-                for _, app in instances)
+        a, b = clients(instances)
         first = asyncio.create_task(a.post("/v1/chat/completions", json=body))
         await asyncio.wait_for(up.arrived.wait(), 10)
         # A's request is in flight: B must answer at once (a request B served would wait

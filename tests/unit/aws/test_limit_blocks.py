@@ -26,7 +26,7 @@ from humpyard.leases import Leases
 from humpyard.limit_blocks import FORGET_SECS, LimitBlocks
 from humpyard.store.dynamodb import DynamoDBStore
 from humpyard.store.dynamodb_calls import count_calls
-from tests.unit.aws.lambda_pair import HeldUpstream, lambda_instances
+from tests.unit.aws.lambda_pair import HeldUpstream, clients, lambda_instances
 from tests.unit.aws.moto_support import LEDGER, STATE, Failing, SerializedClient
 
 
@@ -271,9 +271,7 @@ def test_two_lambda_instances_share_a_keys_limits(client: Any, tmp_path: Path) -
     body = {"model": "r", "messages": [{"role": "user", "content": "x"}]}
 
     async def run() -> list[httpx.Response]:
-        a, b = (httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw",
-                                  headers={"authorization": "Bearer secret"})
-                for _, app in apps)
+        a, b = clients(apps)
         first = asyncio.create_task(a.post("/v1/chat/completions", json=body))
         await asyncio.wait_for(up.arrived.wait(), 10)
         busy = await asyncio.wait_for(b.post("/v1/chat/completions", json=body), 5)
