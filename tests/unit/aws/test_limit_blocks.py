@@ -26,6 +26,8 @@ from humpyard.leases import Leases
 from humpyard.limit_blocks import FORGET_SECS, LimitBlocks
 from humpyard.store.dynamodb import DynamoDBStore
 from humpyard.store.dynamodb_calls import count_calls
+from humpyard.store.dynamodb_keys import LIMITS_TTL_SECS, limits_key
+from humpyard.store.dynamodb_schema import TTL_ATTRIBUTE
 from tests.unit.aws.lambda_pair import HeldUpstream, clients, lambda_instances
 from tests.unit.aws.moto_support import LEDGER, STATE, Failing, SerializedClient
 
@@ -360,3 +362,20 @@ def test_the_upkeep_forgets_idle_keys_but_not_one_holding_a_slot(
     assert blocks._keys == {}
     again = Admitted(a, key_named("idle", rpm_limit=100), minute, 0)  # a key seen anew
     assert again.hold is not None and again.state.requests_left == 99  # in this minute
+
+
+def test_a_keys_limits_item_expires_a_week_after_its_last_write(client: Any,
+                                                                minute: FakeClock) -> None:
+    """DynamoDB's TTL removes the item of a key no longer used, so the table holds the
+    keys in use: every write moves its expiry to ``LIMITS_TTL_SECS`` on."""
+    (a,) = instances(client, minute, 1)
+
+    def expiry() -> float:
+        item = client.get_item(TableName=STATE, Key=limits_key("agent"))["Item"]
+        return float(item[TTL_ATTRIBUTE]["N"])
+
+    assert take(a, minute, rpm_limit=5).refused is None
+    assert expiry() == pytest.approx(minute.now() + LIMITS_TTL_SECS, abs=1)
+    minute.advance(3600)
+    assert take(a, minute, rpm_limit=5).refused is None
+    assert expiry() == pytest.approx(minute.now() + LIMITS_TTL_SECS, abs=1)
