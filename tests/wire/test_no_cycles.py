@@ -99,3 +99,35 @@ def test_requests_leave_no_cycles(direct: bool, saved_garbage: list[object]) -> 
         left = collections.Counter(type(o).__name__ for o in saved_garbage
                                    if type(o).__name__ in PER_REQUEST)
         assert not left, f"left for the collector: {dict(left)}"
+
+
+# What opening one upstream connection made for the collector when it raced its
+# addresses (``asyncio.staggered``): tasks, their coroutines, futures and the
+# cancellations they carry, by type name.
+PER_DIAL = {"Task", "Future", "CancelledError", "TimerHandle", "coroutine"}
+
+
+def test_new_upstream_connections_leave_no_cycles(saved_garbage: list[object]) -> None:
+    """Each answer says ``connection: close``, so the gateway dials again for every
+    request (an IP literal: one address to try, nothing to race)."""
+    def answer(n: int) -> list[bytes | Pause]:
+        return [b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n"
+                b"content-length: %d\r\n\r\n%b" % (len(BUFFERED), BUFFERED)]
+    with RawServer(answer) as up, running_gateway(_config(up.url + "/v1", True)) as gw, \
+            httpx.Client(timeout=10) as c:
+        def ask() -> None:
+            r = c.post(gw.url + "/v1/chat/completions",
+                       json={"model": "t", "messages": [{"role": "user", "content": "hi"}]})
+            assert r.status_code == 200 and "an answer" in r.text
+        ask()
+        gw.recorded(1)
+        gc.collect()
+        saved_garbage.clear()
+        for _ in range(5):
+            ask()
+        gw.recorded(6)
+        assert len(up.requests) == 6  # one connection each
+        gc.collect()
+        left = collections.Counter(type(o).__name__ for o in saved_garbage
+                                   if type(o).__name__ in PER_DIAL | PER_REQUEST)
+        assert not left, f"left for the collector: {dict(left)}"

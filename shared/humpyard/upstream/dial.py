@@ -120,6 +120,8 @@ async def _open_socket(host: str, port: int) -> socket.socket:
             raise
         return sock
 
+    if len(addrs) == 1:  # nothing to race: no tasks, and nothing left for the collector
+        return await attempt(addrs[0])
     fns: list[Callable[[], object]] = [lambda i=i: attempt(i) for i in addrs]  # type: ignore[misc]
     try:
         sock, _, _ = await staggered_race(fns, EYEBALLS_DELAY)  # type: ignore[arg-type]
