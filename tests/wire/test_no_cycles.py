@@ -4,19 +4,24 @@ what it made is freed by reference counting, not left for the garbage collector
 "Garbage collection"). Over real sockets: streamed (the direct relay and the
 relay through the request's task) and buffered answers, then a collection that
 keeps what it finds (``gc.DEBUG_SAVEALL``) must find none of the objects of a
-request."""
+request. The same holds for a request that opens a new upstream connection, one
+whose dial is refused, and one whose upstream breaks (a reset, bytes that are
+not HTTP, a stream closed or stalled after its head): a failure must not leave
+the request's objects, its exceptions or its frames for the collector."""
 
 from __future__ import annotations
 
 import collections
 import gc
+import socket
+import types
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from tests.support.gateway import running_gateway
-from tests.support.rawserver import Pause, RawServer
+from tests.support.rawserver import CLOSE, HOLD, RESET, Pause, RawServer
 from tests.wire.test_relay_cuts import _chunk
 
 # What one request makes, on the gateway's side (by type name; the test client's
@@ -26,11 +31,12 @@ PER_REQUEST = {"Call", "Recording", "Served", "Relay", "UvicornWire", "_Direct",
                "RequestResponseCycle"}
 
 
-def _config(url: str, direct: bool) -> str:
+def _config(url: str, direct: bool, provider: str = "") -> str:
     return f"""
 direct_relay = {"true" if direct else "false"}
 [providers.p]
 base_url = "{url}"
+{provider}
 [targets.t]
 endpoints = [{{ provider = "p", model = "m", price = {{ input = 1, output = 2 }} }}]
 """
@@ -130,4 +136,78 @@ def test_new_upstream_connections_leave_no_cycles(saved_garbage: list[object]) -
         gc.collect()
         left = collections.Counter(type(o).__name__ for o in saved_garbage
                                    if type(o).__name__ in PER_DIAL | PER_REQUEST)
+        assert not left, f"left for the collector: {dict(left)}"
+
+
+def test_refused_dials_leave_no_cycles(saved_garbage: list[object]) -> None:
+    """An upstream nobody listens at: each request's dial is refused (one address),
+    answered 502 and recorded; neither the refusal nor the frames it passed
+    through are left for the collector."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # bound and closed: nothing listens there
+    with running_gateway(_config(f"http://127.0.0.1:{port}/v1", True)) as gw, \
+            httpx.Client(timeout=10) as c:
+        def ask() -> None:
+            r = c.post(gw.url + "/v1/chat/completions",
+                       json={"model": "t", "messages": [{"role": "user", "content": "hi"}]})
+            assert r.status_code == 502
+        ask()
+        gw.recorded(1)
+        gc.collect()
+        saved_garbage.clear()
+        for _ in range(5):
+            ask()
+        gw.recorded(6)
+        gc.collect()
+        left = _the_gateways(saved_garbage)
+        assert not left, f"left for the collector: {dict(left)}"
+
+
+def _the_gateways(garbage: list[object]) -> collections.Counter[str]:
+    """What of a collection's garbage is the gateway's: a request's or a dial's
+    objects, any exception, and any frame of the gateway's code."""
+    return collections.Counter(
+        type(o).__name__ for o in garbage
+        if isinstance(o, BaseException) or type(o).__name__ in PER_DIAL | PER_REQUEST
+        or (isinstance(o, types.FrameType) and "humpyard" in o.f_code.co_filename))
+
+
+STREAM_HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+               b"transfer-encoding: chunked\r\n\r\n")
+TWO_EVENTS = [STREAM_HEAD, *(b"%x\r\n%b\r\n" % (len(e), e) for e in WORDS[:2])]
+BROKEN = {
+    "reset_before_the_head": ([RESET], 502),
+    "not_http": ([b"NOT HTTP AT ALL\r\n\r\n", CLOSE], 502),
+    "closed_mid_stream": ([*TWO_EVENTS, CLOSE], 200),
+    "stalled_mid_stream": ([*TWO_EVENTS, HOLD], 200),
+}
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "through_the_task"])
+@pytest.mark.parametrize("script, status", BROKEN.values(), ids=list(BROKEN))
+def test_broken_upstreams_leave_no_cycles(script: list[bytes | str], status: int,
+                                          direct: bool, saved_garbage: list[object]) -> None:
+    """An upstream that fails the request (before its head, or in the middle of a
+    stream after the head went out): the failure an upstream connection keeps and
+    raises, the wait that timed out and the parser it was feeding are freed with
+    the request, not left for the collector."""
+    with RawServer(lambda n: script) as up, \
+            running_gateway(_config(up.url + "/v1", direct, "idle_timeout_secs = 0.3")) as gw, \
+            httpx.Client(timeout=10) as c:
+        def ask() -> None:
+            r = c.post(gw.url + "/v1/chat/completions",
+                       json={"model": "t", "stream": True,
+                             "messages": [{"role": "user", "content": "hi"}]})
+            assert r.status_code == status
+        ask()
+        gw.recorded(1)
+        gc.collect()
+        saved_garbage.clear()
+        for _ in range(4):
+            ask()
+        gw.recorded(5)
+        gc.collect()
+        left = _the_gateways(saved_garbage)
         assert not left, f"left for the collector: {dict(left)}"

@@ -101,7 +101,7 @@ class Body:
                 failure = ConnectionLost(f"connection closed by upstream {conn.addr}", conn.addr)
             if failure is not None:
                 self._end()
-                raise failure
+                raise failure.again()  # not the kept one, nor one this frame holds
             try:
                 await conn.wait(self._timeout)
             except BaseException as e:

@@ -204,6 +204,11 @@ class Conn(asyncio.Protocol):
                 self._arm(loop, deadline)
         try:
             await fut
+        except BaseException:
+            # The failure's traceback holds this frame, and the future holds the
+            # failure: drop the future, or the two make a cycle per timed-out wait.
+            del fut
+            raise
         finally:
             self._waiter = None
 
@@ -269,6 +274,7 @@ class Conn(asyncio.Protocol):
             try:
                 await fut
             except TimeoutError:
+                del fut  # as in ``wait``: no cycle through the future's failure
                 raise WriteTimeout(f"write timeout {self.addr}", self.addr) from None
             finally:
                 self._drain = None
@@ -283,7 +289,7 @@ class Conn(asyncio.Protocol):
         assert p is not None
         while p.head is None:
             if self.failure is not None:
-                raise self.failure
+                raise self.failure.again()
             if self.closed:  # closed before this request's parser was there to see it
                 raise ConnectionLost(f"connection closed by upstream {self.addr}", self.addr)
             try:

@@ -121,7 +121,7 @@ async def _open_socket(host: str, port: int) -> socket.socket:
         return sock
 
     if len(addrs) == 1:  # nothing to race: no tasks, and nothing left for the collector
-        return await attempt(addrs[0])
+        return await _connect(loop, addrs[0])
     fns: list[Callable[[], object]] = [lambda i=i: attempt(i) for i in addrs]  # type: ignore[misc]
     try:
         sock, _, _ = await staggered_race(fns, EYEBALLS_DELAY)  # type: ignore[arg-type]
@@ -135,6 +135,21 @@ async def _open_socket(host: str, port: int) -> socket.socket:
     if sock is None:
         raise _pick(errors)
     return sock  # type: ignore[no-any-return]
+
+
+async def _connect(loop: asyncio.AbstractEventLoop, info: tuple) -> socket.socket:  # type: ignore[type-arg]
+    """One address, connected; the socket is closed if that fails or is cancelled.
+    Its failure refers to nothing that refers back to it (no list of errors in a
+    closure), so a refused dial leaves no reference cycle either."""
+    family, type_, proto, _, address = info
+    sock = socket.socket(family, type_, proto)
+    try:
+        sock.setblocking(False)
+        await loop.sock_connect(sock, address)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def _literal(host: str, port: int) -> list[tuple] | None:  # type: ignore[type-arg]

@@ -38,7 +38,7 @@ table. ``str(e)`` names the cause and the address, never a credential.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Self
 
 
 class TransportFailure(Exception):
@@ -53,6 +53,16 @@ class TransportFailure(Exception):
         super().__init__(message)
         self.message = message
         self.address = address  # host:port, or "" when there is none
+
+    def again(self) -> Self:
+        """A copy of this failure to raise (same type, message and fields, no
+        traceback): a failure an object keeps and raises to every later caller
+        (``Conn.failure``) must not carry the traceback of a raise, whose frames
+        refer back to the object (a reference cycle per failed request, left for
+        the garbage collector with the request's buffers)."""
+        copy = type(self).__new__(type(self), *self.args)
+        copy.__dict__.update(self.__dict__)
+        return copy
 
 
 class ConnectFailure(TransportFailure):

@@ -125,13 +125,14 @@ class ResponseParser:
         try:
             parser.feed_data(data)
         except HttpParserUpgrade:
+            self._p = None
             raise FramingError("the upstream switched protocols (101), never asked for") from None
         except HttpParserError as e:
             if self.head is None and not self._retried and self._one_length():
                 return
+            self._p = None  # complete or failed: nothing more is parsed
             if self.done:  # garbage after a complete answer: it is still complete
                 self.extra = True
-                self._p = None
                 return
             raise FramingError(str(e) or type(e).__name__) from None
         if self.done:
@@ -140,6 +141,7 @@ class ResponseParser:
             self._p = None
         if self.head is None:
             if self._fed > MAX_HEAD:
+                self._p = None
                 raise FramingError(f"response head larger than {MAX_HEAD} bytes")
         else:
             self._head_bytes = b""
@@ -173,6 +175,7 @@ class ResponseParser:
         """The upstream closed the connection: ends a close-delimited body, else fails."""
         if self.done:
             return
+        self._p = None  # nothing more can come: let llhttp go (see ``feed``)
         if self.head is None:
             raise Truncated("connection closed before the answer's head")
         if not self._until_close:

@@ -158,3 +158,22 @@ def test_no_upstream_failure_is_recognised_by_its_text() -> None:
                  for n, line in enumerate(p.read_text().splitlines(), 1)
                  if pattern.search(line)]
     assert offenders == []
+
+
+@pytest.mark.parametrize("cls", E.failure_classes(), ids=lambda c: c.__name__)
+def test_a_kept_failure_is_raised_as_a_copy_without_its_traceback(cls: type) -> None:
+    """``again()``: what a connection keeps and raises to each caller is copied
+    (type, message, address, any field), so the kept one never carries a raise's
+    traceback, whose frames would refer back to the connection."""
+    kept = cls("connection reset 10.0.0.1:443", "10.0.0.1:443")
+    kept.detail = "kept"
+    for _ in range(2):
+        with pytest.raises(cls) as raised:
+            raise kept.again()
+        e = raised.value
+        assert e is not kept and type(e) is cls
+        assert (str(e), e.message, e.address, e.detail) == (
+            "connection reset 10.0.0.1:443", "connection reset 10.0.0.1:443", "10.0.0.1:443",
+            "kept")
+        assert e.__traceback__ is not None
+    assert kept.__traceback__ is None
