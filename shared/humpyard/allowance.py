@@ -186,11 +186,7 @@ class Allowance:
                    "tpm_limit": f"this key has used {counted.tokens} tokens this minute "
                    f"and this request may use {tokens} more; tpm_limit is "
                    f"{key.tpm_limit}"}[limit]
-            err = RateLimited(f"rate limit reached for key {key.id!r}: {why}; "
-                              f"retry after {_ceil(wait)}s", limit=limit,
-                              retry_after=max(1.0, wait))
-            err.state = state  # type: ignore[attr-defined]
-            raise err
+            raise _refused(key, limit, why, wait, state)
         hold = Hold(key.id, window=start, shared=True,
                     tokens=tokens if key.tpm_limit is not None else 0,
                     parallel=key.max_parallel_requests is not None)
@@ -259,11 +255,7 @@ class Allowance:
                            f"{key.tpm_limit}", reset)
             if refusal is not None:
                 limit, why, wait = refusal
-                err = RateLimited(f"rate limit reached for key {key.id!r}: {why}; "
-                                  f"retry after {_ceil(wait)}s", limit=limit,
-                                  retry_after=max(1.0, wait))
-                err.state = self._state(key, m, now)  # type: ignore[attr-defined]
-                raise err
+                raise _refused(key, limit, why, wait, self._state(key, m, now))
             m.requests += 1
             if key.tpm_limit is not None:
                 m.tokens += tokens
@@ -315,6 +307,20 @@ def _shared_state(key: KeySpec, c: LimitCount, start: float, now: float) -> Limi
                       tokens_left=max(0, (key.tpm_limit or 0) - c.tokens),
                       parallel_limit=key.max_parallel_requests, in_flight=c.in_flight,
                       reset_at=start + WINDOW_SECS, now=now)
+
+
+def _refused(key: KeySpec, limit: str, why: str, wait: float,
+             state: LimitState) -> RateLimited:
+    """The 429 for ``key``'s ``limit``, with the key's ``state`` for its headers.
+
+    Made here and raised by the caller at once, so no frame of the request holds
+    it in a variable: a frame that did (``err = ...; raise err``) would be held by
+    the error's traceback in turn, a cycle per refused request that kept the whole
+    request (its task, its call, uvicorn's cycle) for the garbage collector."""
+    err = RateLimited(f"rate limit reached for key {key.id!r}: {why}; "
+                      f"retry after {_ceil(wait)}s", limit=limit, retry_after=max(1.0, wait))
+    err.state = state  # type: ignore[attr-defined]
+    return err
 
 
 def _ceil(secs: float) -> int:

@@ -16,10 +16,12 @@ import gc
 import socket
 import types
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
 
+from humpyard.clock import FakeClock
 from tests.support.gateway import running_gateway
 from tests.support.rawserver import CLOSE, HOLD, RESET, Pause, RawServer
 from tests.wire.test_relay_cuts import _chunk
@@ -194,7 +196,8 @@ def test_broken_upstreams_leave_no_cycles(script: list[bytes | str], status: int
     raises, the wait that timed out and the parser it was feeding are freed with
     the request, not left for the collector."""
     with RawServer(lambda n: script) as up, \
-            running_gateway(_config(up.url + "/v1", direct, "idle_timeout_secs = 0.3")) as gw, \
+            running_gateway(_config(up.url + "/v1", direct, "idle_timeout_secs = 0.3"),
+                            own_server=True) as gw, \
             httpx.Client(timeout=10) as c:
         def ask() -> None:
             r = c.post(gw.url + "/v1/chat/completions",
@@ -208,6 +211,45 @@ def test_broken_upstreams_leave_no_cycles(script: list[bytes | str], status: int
         for _ in range(4):
             ask()
         gw.recorded(5)
+        gc.collect()
+        left = _the_gateways(saved_garbage)
+        assert not left, f"left for the collector: {dict(left)}"
+
+
+REFUSED = {
+    "no_key": ({}, {"model": "t", "messages": [{"role": "user", "content": "hi"}]}, 401),
+    "not_json": ({"authorization": "Bearer k-123", "content-type": "application/json"},
+                 b"{not json", 400),
+    "over_the_keys_rpm": ({"authorization": "Bearer k-123"},
+                          {"model": "t", "messages": [{"role": "user", "content": "hi"}]}, 429),
+}
+
+
+@pytest.mark.parametrize("headers, body, status", REFUSED.values(), ids=list(REFUSED))
+def test_refused_requests_leave_no_cycles(headers: dict[str, str], body: dict[str, Any] | bytes,
+                                          status: int, saved_garbage: list[object]) -> None:
+    """What a flood of requests the gateway refuses (no key, a body that is not
+    JSON, a key past its ``rpm_limit``) costs is freed with each answer: the
+    refusal is not held by a frame its traceback holds, which kept the request's
+    task, call and uvicorn cycle for the collector per 429."""
+    config = _config("http://127.0.0.1:9/v1", True) + """
+[keys.k]
+key_env = "K"
+rpm_limit = 1
+"""
+    with running_gateway(config, env={"K": "k-123"}, own_server=True,
+                         clock=FakeClock()) as gw, httpx.Client(timeout=10) as c:
+        def ask() -> int:
+            if isinstance(body, bytes):
+                r = c.post(gw.url + "/v1/chat/completions", content=body, headers=headers)
+            else:
+                r = c.post(gw.url + "/v1/chat/completions", json=body, headers=headers)
+            return r.status_code
+        ask()
+        ask()  # past the rpm limit from here: the clock stays in its minute
+        gc.collect()
+        saved_garbage.clear()
+        assert [ask() for _ in range(5)] == [status] * 5
         gc.collect()
         left = _the_gateways(saved_garbage)
         assert not left, f"left for the collector: {dict(left)}"
