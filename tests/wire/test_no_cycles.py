@@ -15,7 +15,7 @@ import collections
 import gc
 import socket
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -115,6 +115,34 @@ def test_requests_leave_no_cycles(direct: bool, saved_garbage: list[object]) -> 
 PER_DIAL = {"Task", "Future", "CancelledError", "TimerHandle", "coroutine"}
 
 
+def _the_gateways(garbage: list[object]) -> collections.Counter[str]:
+    """What of a collection's garbage is the gateway's: a request's or a dial's
+    objects, any exception, and any frame of the gateway's code."""
+    return collections.Counter(
+        type(o).__name__ for o in garbage
+        if isinstance(o, BaseException) or type(o).__name__ in PER_DIAL | PER_REQUEST
+        or (isinstance(o, types.FrameType) and "humpyard" in o.f_code.co_filename))
+
+
+def _leaves_nothing(ask: Callable[[], object], saved_garbage: list[object],
+                    recorded: Callable[[int], object] | None = None, times: int = 5) -> None:
+    """``ask`` once (connections, caches), then ``times`` more: the collection after
+    them holds nothing of the gateway's (``recorded(n)``: wait until n requests
+    are in the record, so the last one's recording is done too)."""
+    ask()
+    if recorded is not None:
+        recorded(1)
+    gc.collect()
+    saved_garbage.clear()
+    for _ in range(times):
+        ask()
+    if recorded is not None:
+        recorded(1 + times)
+    gc.collect()
+    left = _the_gateways(saved_garbage)
+    assert not left, f"left for the collector: {dict(left)}"
+
+
 def test_new_upstream_connections_leave_no_cycles(saved_garbage: list[object]) -> None:
     """Each answer says ``connection: close``, so the gateway dials again for every
     request (an IP literal: one address to try, nothing to race)."""
@@ -127,18 +155,8 @@ def test_new_upstream_connections_leave_no_cycles(saved_garbage: list[object]) -
             r = c.post(gw.url + "/v1/chat/completions",
                        json={"model": "t", "messages": [{"role": "user", "content": "hi"}]})
             assert r.status_code == 200 and "an answer" in r.text
-        ask()
-        gw.recorded(1)
-        gc.collect()
-        saved_garbage.clear()
-        for _ in range(5):
-            ask()
-        gw.recorded(6)
+        _leaves_nothing(ask, saved_garbage, gw.recorded)
         assert len(up.requests) == 6  # one connection each
-        gc.collect()
-        left = collections.Counter(type(o).__name__ for o in saved_garbage
-                                   if type(o).__name__ in PER_DIAL | PER_REQUEST)
-        assert not left, f"left for the collector: {dict(left)}"
 
 
 def test_refused_dials_leave_no_cycles(saved_garbage: list[object]) -> None:
@@ -155,25 +173,7 @@ def test_refused_dials_leave_no_cycles(saved_garbage: list[object]) -> None:
             r = c.post(gw.url + "/v1/chat/completions",
                        json={"model": "t", "messages": [{"role": "user", "content": "hi"}]})
             assert r.status_code == 502
-        ask()
-        gw.recorded(1)
-        gc.collect()
-        saved_garbage.clear()
-        for _ in range(5):
-            ask()
-        gw.recorded(6)
-        gc.collect()
-        left = _the_gateways(saved_garbage)
-        assert not left, f"left for the collector: {dict(left)}"
-
-
-def _the_gateways(garbage: list[object]) -> collections.Counter[str]:
-    """What of a collection's garbage is the gateway's: a request's or a dial's
-    objects, any exception, and any frame of the gateway's code."""
-    return collections.Counter(
-        type(o).__name__ for o in garbage
-        if isinstance(o, BaseException) or type(o).__name__ in PER_DIAL | PER_REQUEST
-        or (isinstance(o, types.FrameType) and "humpyard" in o.f_code.co_filename))
+        _leaves_nothing(ask, saved_garbage, gw.recorded)
 
 
 STREAM_HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
@@ -204,16 +204,7 @@ def test_broken_upstreams_leave_no_cycles(script: list[bytes | str], status: int
                        json={"model": "t", "stream": True,
                              "messages": [{"role": "user", "content": "hi"}]})
             assert r.status_code == status
-        ask()
-        gw.recorded(1)
-        gc.collect()
-        saved_garbage.clear()
-        for _ in range(4):
-            ask()
-        gw.recorded(5)
-        gc.collect()
-        left = _the_gateways(saved_garbage)
-        assert not left, f"left for the collector: {dict(left)}"
+        _leaves_nothing(ask, saved_garbage, gw.recorded, times=4)
 
 
 REFUSED = {
@@ -239,17 +230,11 @@ rpm_limit = 1
 """
     with running_gateway(config, env={"K": "k-123"}, own_server=True,
                          clock=FakeClock()) as gw, httpx.Client(timeout=10) as c:
-        def ask() -> int:
+        def ask(expected: int | None = status) -> None:
             if isinstance(body, bytes):
                 r = c.post(gw.url + "/v1/chat/completions", content=body, headers=headers)
             else:
                 r = c.post(gw.url + "/v1/chat/completions", json=body, headers=headers)
-            return r.status_code
-        ask()
-        ask()  # past the rpm limit from here: the clock stays in its minute
-        gc.collect()
-        saved_garbage.clear()
-        assert [ask() for _ in range(5)] == [status] * 5
-        gc.collect()
-        left = _the_gateways(saved_garbage)
-        assert not left, f"left for the collector: {dict(left)}"
+            assert expected is None or r.status_code == expected
+        ask(None)  # past the rpm limit from here: the clock stays in its minute
+        _leaves_nothing(ask, saved_garbage)
