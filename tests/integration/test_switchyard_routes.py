@@ -8,6 +8,8 @@ answers from a script. No HTTP at this level.
 from __future__ import annotations
 
 import asyncio
+import collections
+import gc
 import json
 import subprocess
 import sys
@@ -20,7 +22,7 @@ import pytest
 from humpyard.config.spec import RouteSpec
 from humpyard.errors import NoEligibleTarget, UpstreamError
 from humpyard.switchyard import native
-from humpyard.switchyard.adapter import TieredOutcome, TieredRouter
+from humpyard.switchyard.adapter import TieredOutcome, TieredRouter, _Run
 from humpyard.switchyard.neutral import request_to_neutral
 
 EASY = {"crux": "print a line", "primary_rule": "SUP-1",
@@ -365,3 +367,41 @@ def test_the_process_exits_cleanly_after_using_switchyard() -> None:
                               text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         assert "Fatal Python error" not in done.stderr
+
+
+def test_an_efficient_tier_failure_the_client_gets_leaves_no_cycles() -> None:
+    """The tier's failure handed to the client is freed with the request, as the
+    gateway's intake catches it: not held by the run or a frame that its traceback
+    holds, which left both for the garbage collector."""
+    r = spec("llm_classifier", judge="judge", mode="escalation")
+
+    class Fresh(Upstream):  # a new failure per call, as a real upstream gives
+        async def __call__(self, targets: tuple[str, ...], body: dict[str, Any], *,
+                           purpose: str) -> dict[str, Any]:
+            if purpose == "efficient":
+                raise UpstreamError("key not allowed", status=403, failure_class="forbidden")
+            return await super().__call__(targets, body, purpose=purpose)
+
+    async def once() -> None:
+        try:
+            await TieredRouter().route(r, TIERS | {"judge": ("judge",)}, chat(USER), {}, None,
+                                       Fresh())
+        except UpstreamError:
+            return
+        raise AssertionError("the tier's failure was not the client's")
+
+    async def run() -> collections.Counter[str]:
+        await once()
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for _ in range(3):
+                await once()
+            gc.collect()
+            return collections.Counter(type(o).__name__ for o in gc.garbage
+                                       if isinstance(o, UpstreamError | _Run))
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+    left = asyncio.run(run())
+    assert not left, f"left for the collector: {dict(left)}"

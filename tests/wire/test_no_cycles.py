@@ -238,3 +238,21 @@ rpm_limit = 1
             assert expected is None or r.status_code == expected
         ask(None)  # past the rpm limit from here: the clock stays in its minute
         _leaves_nothing(ask, saved_garbage)
+
+
+def test_a_stream_failed_after_its_early_head_leaves_no_cycles(
+        saved_garbage: list[object]) -> None:
+    """The upstream is slow, so the 200 head and comments go out first
+    (``stream_first_heartbeat_secs``), then it resets: the stream ends with the
+    protocol's error event, and the failure told in it is let go with the request."""
+    with RawServer(lambda n: [Pause(0.2), RESET]) as up, \
+            running_gateway(_config(up.url + "/v1", True)
+                            + "\n[router]\nstream_first_heartbeat_secs = 0.05\n",
+                            own_server=True) as gw, httpx.Client(timeout=10) as c:
+        def ask() -> None:
+            r = c.post(gw.url + "/v1/chat/completions",
+                       json={"model": "t", "stream": True,
+                             "messages": [{"role": "user", "content": "hi"}]})
+            assert r.status_code == 200 and ": keep-alive" in r.text
+            assert '"code": "upstream_error"' in r.text
+        _leaves_nothing(ask, saved_garbage, gw.recorded, times=3)

@@ -266,9 +266,15 @@ async def _fail_started_stream(rec: Recording, protocol: ClientProtocol, call: C
         raise failure
         yield []  # an async generator that fails on its first step
 
-    await send_stream(send, None, {}, protocol.stream(call, context, failed()),
-                      head_sent=True, media_type=protocol.stream_type,
-                      heartbeat=protocol.heartbeat)
+    try:
+        await send_stream(send, None, {}, protocol.stream(call, context, failed()),
+                          head_sent=True, media_type=protocol.stream_type,
+                          heartbeat=protocol.heartbeat)
+    finally:
+        # Told to the record and the stream: the failure's traceback holds this
+        # request's frames, which hold the failure (here, in ``failed``'s closure):
+        # let it go, or each such request waits for the garbage collector.
+        error.__traceback__ = failure.__traceback__ = None
 
 
 class ClientPath:

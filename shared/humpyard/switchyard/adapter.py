@@ -195,8 +195,8 @@ class _Run:
                 targets([*ids, *self.cats.tier(category)]), body, purpose=purpose)
         except UpstreamError as exc:
             self.notes.append(f"{purpose} call failed: {exc.message}")
-            if category != "judge":
-                self.answer_error = exc
+            if category != "judge":  # kept without the traceback, whose frames hold this run
+                self.answer_error = exc.with_traceback(None)
             call.fail(exc)
             return
         except BaseException as exc:
@@ -238,10 +238,13 @@ class _Run:
     def _failed(self, exc: BaseException) -> TieredOutcome:
         """The run raised: an answer we could not get, or fail open to the default tier."""
         if self.answer_error is not None:
-            err = self.answer_error
+            err, self.answer_error = self.answer_error, None
             rest = tuple(t for t in self.cats.tier("capable") if t not in self.cats.efficient)
             if err.failure_class not in self.fallback_on or not rest:
-                raise err
+                try:
+                    raise err
+                finally:  # neither this run nor this frame holds it once it is raised
+                    del err
             self.notes.append("efficient tier failed; serving the capable tier")
             return TieredOutcome(None, rest, "capable", self.notes)
         category = self.spec.default_category
