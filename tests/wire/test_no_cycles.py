@@ -5,9 +5,11 @@ what it made is freed by reference counting, not left for the garbage collector
 relay through the request's task) and buffered answers, then a collection that
 keeps what it finds (``gc.DEBUG_SAVEALL``) must find none of the objects of a
 request. The same holds for a request that opens a new upstream connection, one
-whose dial is refused, and one whose upstream breaks (a reset, bytes that are
-not HTTP, a stream closed or stalled after its head): a failure must not leave
-the request's objects, its exceptions or its frames for the collector."""
+whose dial is refused, one whose upstream breaks (a reset, bytes that are not
+HTTP, a stream closed or stalled after its head, or failing after the early
+head went out) and one the gateway refuses (no key, not JSON, a key's 429): a
+failure must not leave the request's objects, its exceptions or its frames for
+the collector (ADR 0030)."""
 
 from __future__ import annotations
 
