@@ -104,27 +104,18 @@ async def _open_socket(host: str, port: int) -> socket.socket:
     if not infos:
         raise socket.gaierror(socket.EAI_NONAME, "no address")
     addrs = _interleave(infos)
-    errors: list[BaseException] = []
-    made: list[socket.socket] = []
-
-    async def attempt(info: tuple) -> socket.socket:  # type: ignore[type-arg]
-        family, type_, proto, _, address = info
-        sock = socket.socket(family, type_, proto)
-        made.append(sock)
-        try:
-            sock.setblocking(False)
-            await loop.sock_connect(sock, address)
-        except BaseException as e:
-            sock.close()
-            errors.append(e)
-            raise
-        return sock
-
     if len(addrs) == 1:  # nothing to race: no tasks, and nothing left for the collector
         return await _connect(loop, addrs[0])
+    made: list[socket.socket] = []  # connected, to close all but the winner
+
+    async def attempt(info: tuple) -> socket.socket:  # type: ignore[type-arg]
+        sock = await _connect(loop, info)
+        made.append(sock)
+        return sock
+
     fns: list[Callable[[], object]] = [lambda i=i: attempt(i) for i in addrs]  # type: ignore[misc]
     try:
-        sock, _, _ = await staggered_race(fns, EYEBALLS_DELAY)  # type: ignore[arg-type]
+        sock, _, failed = await staggered_race(fns, EYEBALLS_DELAY)  # type: ignore[arg-type]
     except BaseException:  # cancelled: a socket that connected meanwhile is not leaked
         for s in made:
             s.close()
@@ -133,14 +124,14 @@ async def _open_socket(host: str, port: int) -> socket.socket:
         if s is not sock:
             s.close()
     if sock is None:
-        raise _pick(errors)
+        raise _pick([e for e in failed if e is not None])
     return sock  # type: ignore[no-any-return]
 
 
 async def _connect(loop: asyncio.AbstractEventLoop, info: tuple) -> socket.socket:  # type: ignore[type-arg]
     """One address, connected; the socket is closed if that fails or is cancelled.
-    Its failure refers to nothing that refers back to it (no list of errors in a
-    closure), so a refused dial leaves no reference cycle either."""
+    Its failure refers to nothing that refers back to it, so a refused one-address
+    dial leaves no reference cycle either (the race's own attempts still do)."""
     family, type_, proto, _, address = info
     sock = socket.socket(family, type_, proto)
     try:

@@ -7,11 +7,16 @@ that need a name to resolve somewhere replace it on the running loop.
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import socket
 import time
 from typing import Any
 
+import pytest
+
 from humpyard.config.spec import ProviderSpec
+from humpyard.upstream import errors as E
 from humpyard.upstream.client import UpstreamClient
 from tests.support.rawserver import RawServer
 
@@ -109,3 +114,38 @@ def test_happy_eyeballs_moves_on_from_an_address_that_does_not_answer() -> None:
         for s in fillers:
             s.close()
         blackhole.close()
+
+
+@pytest.mark.parametrize(("second", "want"), [
+    (None, E.ConnectRefused),  # both refused: a refusal
+    (errno.EHOSTUNREACH, E.HostUnreachable),  # a refusal and more: the more telling one
+])
+def test_when_every_address_fails_the_failure_names_the_most_telling(
+        second: int | None, want: type) -> None:
+    """Two addresses, nothing listening at either: the race's failures, not the first
+    one alone, decide what is reported (a refusal only if every address refused)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there
+
+    async def main() -> BaseException:
+        loop = asyncio.get_running_loop()
+        orig = loop.sock_connect
+
+        async def connect(sock: socket.socket, address: Any) -> None:
+            if address[0] == "127.0.0.2" and second is not None:
+                raise OSError(second, os.strerror(second))
+            await orig(sock, ("127.0.0.1", address[1]))
+        loop.sock_connect = connect  # type: ignore[method-assign]
+        loop.getaddrinfo = resolve_to({"dual.example": [  # type: ignore[method-assign]
+            (socket.AF_INET, "127.0.0.1"), (socket.AF_INET, "127.0.0.2")]})
+        client = UpstreamClient()
+        try:
+            with pytest.raises(E.TransportFailure) as raised:
+                await call(client, f"http://dual.example:{port}/v1")
+            return raised.value
+        finally:
+            await client.aclose()
+    failure = asyncio.run(main())
+    assert type(failure) is want, failure
