@@ -9,13 +9,16 @@ cover the request path, ``UpstreamClient.open`` on the transport directly.
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime
+import gc
 import json
 import select
 import socket
 import ssl
 import threading
 import time
+import types
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,6 +28,7 @@ from typing import Any
 import httpx
 import pytest
 
+from humpyard.config.spec import ProviderSpec
 from humpyard.upstream import errors as E
 from humpyard.upstream.bridge import HttpxBridge
 from humpyard.upstream.client import UpstreamClient
@@ -640,3 +644,46 @@ def test_https_to_a_local_tls_server(tmp_path: Path) -> None:
             assert isinstance(info.value.__cause__, E.TLSVerifyFailed)
             assert [type(x) for x in t._contexts.values()] == [ssl.SSLContext]
         run(default)
+
+
+def test_a_write_timeout_leaves_no_cycles() -> None:
+    """An upstream that never reads: the write waits for the socket's buffer to drain,
+    times out, and the wait's future (which holds the ``TimeoutError``) is dropped
+    before the failure goes on, so nothing of the call is left for the collector."""
+    srv = socket.socket()  # listens, never reads: the kernel buffers fill up
+    try:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)
+        p = ProviderSpec(name="p", base_url=f"http://127.0.0.1:{srv.getsockname()[1]}/v1",
+                         timeout_secs=0.3, connect_timeout_secs=5)
+
+        async def once(client: UpstreamClient) -> None:
+            try:
+                await client.open(p, "/x", b"x" * (64 << 20))
+            except E.WriteTimeout:
+                return
+            raise AssertionError("no write timeout")
+
+        async def main() -> collections.Counter[str]:
+            client = UpstreamClient(env={})
+            try:
+                await once(client)
+                gc.collect()
+                gc.set_debug(gc.DEBUG_SAVEALL)
+                try:
+                    await once(client)
+                    gc.collect()
+                    return collections.Counter(
+                        type(o).__name__ for o in gc.garbage
+                        if isinstance(o, BaseException) or type(o).__name__ == "Conn"
+                        or (isinstance(o, types.FrameType)
+                            and "humpyard" in o.f_code.co_filename))
+                finally:
+                    gc.set_debug(0)
+                    gc.garbage.clear()
+            finally:
+                await client.aclose()
+        left = asyncio.run(main())
+        assert not left, f"left for the collector: {dict(left)}"
+    finally:
+        srv.close()
