@@ -245,8 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", default="1", metavar="N",
                    help="worker processes serving one port and sharing one state ([ledger] "
                         "path, [store] backend = \"dynamodb\", or without either a private "
-                        "file for the run), or auto for one per available core "
-                        "(docs/operations.md)")
+                        "file for the run), or auto for one per core this process may use (its "
+                        "CPU affinity, bounded by its cgroup's CPU quota; docs/operations.md)")
     s.add_argument("--worker-fd", type=int, default=None, help=argparse.SUPPRESS)
     s.add_argument("--worker-state", default=None, help=argparse.SUPPRESS)
     s.add_argument("--worker-dir", default=None, help=argparse.SUPPRESS)

@@ -82,21 +82,21 @@ STABLE_SECS = 10.0
 DRAIN_SECS = 60.0
 BACKLOG = 2048
 POLL_SECS = 0.05
+MAX_WORKERS = 256
 
 
 def worker_count(value: str) -> int:
-    """``--workers``: a positive number, or ``auto`` (the cores this process may use)."""
+    """``--workers``: a positive number, or ``auto`` (the cores this process may use:
+    its affinity, bounded by its cgroup's CPU quota, ``cores.py``)."""
     if value == "auto":
-        try:
-            return max(1, len(os.sched_getaffinity(0)))
-        except AttributeError:  # not Linux
-            return max(1, os.cpu_count() or 1)
+        from humpyard.cores import available_cores
+        return min(available_cores(), MAX_WORKERS)
     try:
         n = int(value)
     except ValueError:
         raise ValueError(f"--workers must be a number or auto, not {value!r}") from None
-    if not 1 <= n <= 256:
-        raise ValueError(f"--workers must be between 1 and 256, not {n}")
+    if not 1 <= n <= MAX_WORKERS:
+        raise ValueError(f"--workers must be between 1 and {MAX_WORKERS}, not {n}")
     return n
 
 

@@ -623,6 +623,28 @@ def test_workers_refuse_a_ledger_no_other_process_can_open(tmp_path: Path,
     assert bad.returncode == 2 and "between 1 and 256" in bad.stderr
 
 
+def test_auto_starts_one_worker_per_core_the_process_may_use(tmp_path: Path,
+                                                              upstream: FakeUpstream):
+    """``--workers auto`` under ``taskset``: one core serves in the one process (no
+    workers); two cores, two workers. (The cgroup quota's bound: tests/unit/test_cores.py.)"""
+    cfg = write_config(tmp_path, target(upstream.url))
+    cpus = sorted(os.sched_getaffinity(0))
+    for allowed in ([cpus[0]], cpus[:2]) if len(cpus) > 1 else ([cpus[0]],):
+        log = tmp_path / f"serve-{len(allowed)}.log"
+        server = ServeProcess(cfg, log, args=("--workers", "auto"),
+                              preexec_fn=lambda a=allowed: os.sched_setaffinity(0, a)).start()
+        try:
+            assert post(server.url).status_code == 200
+            if len(allowed) == 1:
+                assert children(server.pid) == []
+                assert "workers" not in log.read_text()
+            else:
+                poll(lambda s=server: len(children(s.pid)) == 2, what="two workers")
+                assert "with 2 workers" in log.read_text()
+        finally:
+            assert server.stop() == 0
+
+
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_port_0_is_logged_as_the_port_the_kernel_chose(tmp_path: Path, upstream: FakeUpstream,
                                                         workers: str):
