@@ -270,6 +270,29 @@ def test_a_wrong_proxy_password_is_a_connection_failure_without_the_password(ups
             assert "wrong-pw" not in json.dumps(dec)
 
 
+def test_a_proxys_407_to_a_plain_http_call_is_a_502_that_fails_over(ups):
+    """An http upstream is called through the proxy in absolute form, so the proxy's
+    refusal comes back as an HTTP answer: it is the proxy's (a ``ProxyFailure``, 502,
+    failing over), never handed on as the upstream's 407, which would ask the client
+    for proxy credentials it has nothing to do with."""
+    a, b, h = ups
+    with ForwardProxy(credentials=("u", "right")) as px:
+        extra = f'proxy = "{px.url_with("u", "wrong-pw")}"'
+        with drill(a, b, h, a_extra=extra) as d:
+            alone = d.chat("solo")
+            assert alone.status == 502, alone.response.text
+            msg = alone.error_message()
+            assert "407" in msg and f"127.0.0.1:{px.port}" in msg and "wrong-pw" not in msg
+            dec = d.decision(alone.request_id)
+            assert dec["attempts"][0]["failure_class"] == "connection"
+            assert "wrong-pw" not in json.dumps(dec)
+            routed = d.chat("r")
+            assert routed.status == 200
+            assert routed.response.headers["x-humpyard-target"] == "second"
+        assert a.requests_to("/chat/completions") == []  # nothing reached the upstream
+        assert px.seen and {m for m, _, _ in px.seen} == {"POST"}  # absolute form
+
+
 def test_environment_proxies_and_no_proxy(ups, monkeypatch, ca):
     a, b, h = ups
     with ForwardProxy() as px, tls_server(ca, completion_bytes()) as srv:

@@ -5,11 +5,11 @@ what it made is freed by reference counting, not left for the garbage collector
 relay through the request's task) and buffered answers, then a collection that
 keeps what it finds (``gc.DEBUG_SAVEALL``) must find none of the objects of a
 request. The same holds for a request that opens a new upstream connection, one
-whose dial is refused, one whose upstream breaks (a reset, bytes that are not
-HTTP, a stream closed or stalled after its head, or failing after the early
-head went out) and one the gateway refuses (no key, not JSON, a key's 429): a
-failure must not leave the request's objects, its exceptions or its frames for
-the collector (ADR 0030)."""
+whose dial is refused or whose proxy refuses it, one whose upstream breaks (a
+reset, bytes that are not HTTP, a stream closed or stalled after its head, or
+failing after the early head went out) and one the gateway refuses (no key,
+not JSON, a key's 429): a failure must not leave the request's objects, its
+exceptions or its frames for the collector (ADR 0030)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import pytest
 
 from humpyard.clock import FakeClock
 from tests.support.gateway import running_gateway
+from tests.support.proxy import ForwardProxy
 from tests.support.rawserver import CLOSE, HOLD, RESET, Pause, RawServer
 from tests.wire.test_relay_cuts import _chunk
 
@@ -176,6 +177,23 @@ def test_refused_dials_leave_no_cycles(saved_garbage: list[object]) -> None:
                        json={"model": "t", "messages": [{"role": "user", "content": "hi"}]})
             assert r.status_code == 502
         _leaves_nothing(ask, saved_garbage, gw.recorded)
+
+
+@pytest.mark.parametrize("scheme", ["https", "http"])
+def test_a_proxys_refusal_leaves_no_cycles(scheme: str, saved_garbage: list[object]) -> None:
+    """A forward proxy that wants other credentials (407): to ``CONNECT`` for an https
+    upstream, to the request itself for an http one. The ``ProxyFailure`` was raised
+    as its own cause (``raise e from e``) when the dial passed it on, which tied it,
+    its frames and the request's attempt into a cycle per request."""
+    with ForwardProxy(credentials=("u", "right")) as px, \
+            running_gateway(_config(f"{scheme}://127.0.0.1:9/v1", True,
+                                    f'proxy = "{px.url_with("u", "wrong")}"'),
+                            own_server=True) as gw, httpx.Client(timeout=10) as c:
+        def ask() -> None:
+            r = c.post(gw.url + "/v1/chat/completions",
+                       json={"model": "t", "messages": [{"role": "user", "content": "hi"}]})
+            assert r.status_code == 502 and "answered 407" in r.text
+        _leaves_nothing(ask, saved_garbage, gw.recorded, times=4)
 
 
 STREAM_HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"

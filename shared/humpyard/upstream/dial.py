@@ -193,7 +193,9 @@ async def dial(origin: Origin, timeout: float | None,
                     raise ProxyFailure(f"proxy unreachable for {address}: {f.message}",
                                        address) from e
             return await _handshake(origin, sock, context)
-    except (OSError, EOFError, ssl.SSLError, TransportFailure) as e:
+    except TransportFailure:
+        raise  # already ours (a proxy's refusal): ``raise e from e`` would make it its own cause
+    except (OSError, EOFError, ssl.SSLError) as e:
         raise connect_failure(e, address, host=origin.host, via=proxy) from e
 
 

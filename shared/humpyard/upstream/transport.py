@@ -32,6 +32,7 @@ from humpyard.upstream.connection import Conn
 from humpyard.upstream.dial import Origin, dial
 from humpyard.upstream.errors import (
     ConnectionLost,
+    ProxyFailure,
     ReadTimeout,
     TransportClosed,
     TransportFailure,
@@ -197,6 +198,12 @@ class FastTransport:
         except BaseException:
             self._drop(conn)
             raise
+        if status == 407 and origin.proxy is not None and origin.scheme == "http":
+            # The proxy's refusal of a request sent through it in absolute form, not the
+            # upstream's answer: a 407 handed on would ask the client for credentials.
+            self._drop(conn)
+            raise ProxyFailure(f"proxy {origin.proxy.address} answered 407 to the request "
+                               f"for {origin.address}", origin.address)
         if close:
             parser.reusable = False
         return Answer(status, reason, headers,
