@@ -70,10 +70,11 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """The events completed by ``chunk``."""
-        if (not self._block and self._started and not self._skip_lf and not self._data
+        if (not self._block and not self._skip_lf and not self._data
                 and self._event is None and self._retry is None
                 and chunk[:5] == b"data:" and chunk[-2:] == b"\n\n" and b"\r" not in chunk
                 and (self._max is None or len(chunk) <= self._max)):
+            self._started = True  # nothing before it, and "data:" is not a BOM
             simple = self._simple(chunk)
             if simple is not None:
                 return simple

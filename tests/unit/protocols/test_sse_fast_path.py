@@ -95,6 +95,25 @@ def test_the_fast_path_takes_whole_simple_events_and_nothing_else():
         assert d._simple(other) is None
 
 
+def test_a_streams_first_read_takes_the_fast_path():
+    """Nothing is pending before a stream's first read, and ``data:`` is no BOM: the
+    first event is read the fast way too (it was the one read per stream that took
+    the general path, at twice the cost)."""
+    taken: list[bytes] = []
+
+    class Counting(SSEDecoder):
+        def _simple(self, chunk: bytes) -> list | None:
+            taken.append(chunk)
+            return super()._simple(chunk)
+
+    first = CHAT.split(b"\n\n")[0] + b"\n\n"
+    assert [e.wire for e in Counting().feed(first)] == [first]
+    assert taken == [first]
+    assert [e.data for e in Counting().feed(b"\xef\xbb\xbf" + first)] == \
+        [e.data for e in General().feed(first)]  # a BOM first: the general path skips it
+    assert taken == [first]
+
+
 def test_the_event_limit_holds_on_the_fast_path():
     big = b"data: " + b"x" * 2000 + b"\n\n"
     with pytest.raises(SSETooLarge):
