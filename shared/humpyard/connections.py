@@ -4,9 +4,10 @@
 connections"; docs/decisions/0011-client-connections.md): at most
 ``max_connections`` open (a 503 beyond, never a reset), a request head complete
 within ``header_timeout_secs`` and at most ``max_header_bytes`` long (a 431,
-counted while reading), idle keep-alive connections closed after
-``keepalive_timeout_secs``. ``guarded(base, guard)`` makes uvicorn's httptools
-protocol keep to them; ``serving.protocol_class`` applies it.
+counted while reading), its body complete within ``body_timeout_secs`` of the head
+(a 408), idle keep-alive connections closed after ``keepalive_timeout_secs``.
+``guarded(base, guard)`` makes uvicorn's httptools protocol keep to them;
+``serving.protocol_class`` applies it.
 """
 
 from __future__ import annotations
@@ -111,26 +112,36 @@ class ConnectionGuard:
             self._unlogged = 0
             self._logged_at = now
 
-    def expire_heads(self, now: float) -> None:
-        """Close every connection whose request head is older than the header timeout."""
-        limit = self.settings().header_timeout_secs
+    def expire(self, now: float) -> None:
+        """Close every connection whose request head is older than the header timeout,
+        or whose request body is still arriving longer than the body timeout after its
+        head."""
+        spec = self.settings()
+        heads, bodies = spec.header_timeout_secs, spec.body_timeout_secs
         for conn in [c for c in self.open if c.head_since is not None
-                     and now - c.head_since > limit]:
+                     and now - c.head_since > heads]:
             conn.head_timed_out()
+        for conn in [c for c in self.open if c.body_since is not None
+                     and now - c.body_since > bodies]:
+            conn.body_timed_out(bodies)
 
     async def sweep(self) -> None:
-        """``expire_heads`` a few times per header timeout (at least once a second)."""
+        """``expire`` a few times per header or body timeout (at least once a second)."""
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(min(1.0, self.settings().header_timeout_secs / 4))
-            self.expire_heads(loop.time())
+            spec = self.settings()
+            await asyncio.sleep(min(1.0, spec.header_timeout_secs / 4,
+                                    spec.body_timeout_secs / 4))
+            self.expire(loop.time())
 
 
 def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
     class GuardedProtocol(base):  # type: ignore[valid-type, misc]
         """``base`` within ``guard``'s limits. ``head_since``: when the request head
         being read began (the connection's start for the first), None between heads;
-        ``head_bytes``: bytes received since then; ``refused``: answered and draining."""
+        ``head_bytes``: bytes received since then; ``body_since``: when the head of
+        the request whose body is being read ended (None once the request is read
+        whole); ``refused``: answered and draining."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
@@ -139,6 +150,7 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
             self.max_head = spec.max_header_bytes
             self.head_since: float | None = None
             self.head_bytes = 0
+            self.body_since: float | None = None
             self.refused = False
             self._linger: asyncio.TimerHandle | None = None
 
@@ -204,7 +216,12 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
         def on_headers_complete(self) -> None:
             self.head_since = None
             self.head_bytes = 0
+            self.body_since = self.loop.time()
             super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            self.body_since = None
+            super().on_message_complete()
 
         def _head_too_large(self) -> None:
             guard.count("headers_too_large")
@@ -221,6 +238,29 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
             else:  # nothing sent since the connection (or the last answer): just close
                 self.head_since = None
                 self.transport.close()
+
+        def body_timed_out(self, limit: float) -> None:
+            """The body is still arriving ``limit`` seconds after its head (a slow
+            POST): a 408 if no answer has begun, and the request's ``receive()``
+            answers ``http.disconnect`` at once (the intake records a ``BodyTimeout``,
+            seeing ``body_timed_out`` on the transport); else the connection closes."""
+            guard.count("body_timeout")
+            self.body_since = None
+            cycle = self.cycle
+            if cycle is None or cycle.response_started:
+                self.refused = True
+                self.transport.close()
+                return
+            wire: Any = self.transport  # serving.HeadHoldingTransport
+            wire.body_timed_out = limit
+            self.refused = True
+            self._answer_and_close(_refusal(
+                b"408 Request Timeout", "request_timeout",
+                f"the request body did not arrive within {limit:g}s of its head "
+                "(body_timeout_secs)"))
+            # As uvicorn's own connection_lost does: the app's receive() returns.
+            cycle.disconnected = True
+            cycle.message_event.set()
 
         def _stop_reading(self, answer: bytes) -> None:
             """Answer (unless a response is under way, then just close) and drain."""

@@ -56,6 +56,14 @@ class RequestError(HumpyardError):
     type = "invalid_request_error"
 
 
+class BodyTimeout(RequestError):
+    """The request body did not arrive within ``[server] body_timeout_secs`` of its
+    head (``humpyard serve`` cut the connection: ``connections.py``)."""
+
+    status = 408
+    code = "request_timeout"
+
+
 class PayloadTooLarge(RequestError):
     """The request body is over ``max_body_bytes``."""
 

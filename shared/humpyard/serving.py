@@ -47,13 +47,16 @@ class HeadHoldingTransport:
     """A transport wrapper that holds a response head back until the body's write,
     and tells one watcher (``watch_lost``) when the connection is lost."""
 
-    __slots__ = ("_transport", "_loop", "_held", "_on_lost")
+    __slots__ = ("_transport", "_loop", "_held", "_on_lost", "body_timed_out")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
         self._transport = transport
         self._loop = loop
         self._held: bytes | None = None
         self._on_lost: Callable[[], None] | None = None
+        # Set by the connection guard (``connections.py``) to the body timeout it cut
+        # the request's body at; the intake's body reader names it (``http/body.py``).
+        self.body_timed_out: float | None = None
 
     def watch_lost(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once when the connection is lost (after the server's own

@@ -11,11 +11,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import httpx
+
 from tests.hostile.clients_support import (
     MODEL,
     closed_by_peer,
     connect,
     read_answer,
+    readable,
     scrape,
     serving,
     serving_apart,
@@ -98,3 +101,72 @@ def test_configured_limits_apply_and_are_counted(tmp_path: Path) -> None:
     assert series.get('{reason="header_timeout"}', 0) >= 3, series
     assert series.get('{reason="max_connections"}', 0) >= 1, series
     assert series.get('{reason="headers_too_large"}') == 1, series
+
+
+def _trickle(s, until: float, byte: bytes = b" ", every: float = 0.2) -> None:
+    """Send ``byte`` every ``every`` seconds until ``until`` (monotonic) or the
+    server answers or closes (what it sent is left to read)."""
+    while time.monotonic() < until:
+        try:
+            s.sendall(byte)
+        except OSError:
+            return
+        if readable(s, every):
+            return
+
+
+def test_a_body_that_trickles_in_is_cut_at_the_body_timeout(tmp_path: Path) -> None:
+    """A slow POST (a head at once, then the body a byte now and then) held its
+    connection and its request for as long as the client liked: the header timeout
+    ends with the head. ``body_timeout_secs`` bounds the body: a 408 naming the limit,
+    ``connection: close``, the request recorded as 408 and the refusal counted; a path
+    that answers without reading the body (the connection then still reads it) is
+    closed at the same bound. A slow body that arrives in time is served."""
+    with serving(tmp_path, "body_timeout_secs = 1") as (gw, up):
+        chat = connect(gw.port)
+        chat.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+        health = connect(gw.port)
+        health.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n"
+                       b"Content-Length: 100000000\r\n\r\n")
+        opened = time.monotonic()
+        for s in (chat, health):
+            s.setblocking(True)
+        _trickle(chat, opened + 6)
+        answer = read_answer(chat, 3.0)
+        cut_after = time.monotonic() - opened
+        assert readable(health, 3.0)
+        health_answer = health.recv(65536)  # answered at once; the body is still read
+        health_closed = False
+        while not health_closed and time.monotonic() < opened + 6:
+            try:
+                health.sendall(b" ")
+            except OSError:
+                break
+            time.sleep(0.2)
+            health_closed = closed_by_peer(health)
+        health_closed = health_closed or closed_by_peer(health)
+        chat.close()
+        health.close()
+
+        body = b'{"model":"t","messages":[{"role":"user","content":"hi"}]}'
+        slow = connect(gw.port)
+        slow.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     b"application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
+        for i in range(0, len(body), 10):  # ~0.5 s for the whole body: within the bound
+            slow.sendall(body[i:i + 10])
+            time.sleep(0.08)
+        served = read_answer(slow, 5.0)
+        slow.close()
+
+        series = scrape(gw.url, "humpyard_connections_refused_total")
+        decisions = httpx.get(gw.url + "/v1/decisions?limit=10", timeout=5).json()["decisions"]
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:300]
+    assert b"connection: close" in answer.lower() and b"body_timeout_secs" in answer
+    assert cut_after < 4.0
+    assert health_answer.startswith(b"HTTP/1.1 200 "), health_answer[:200]
+    assert health_closed, "a body nobody reads held its connection past the body timeout"
+    assert served.startswith(b"HTTP/1.1 200 "), served[:300]
+    assert series.get('{reason="body_timeout"}') == 2, series
+    statuses = sorted(d["status"] for d in decisions)
+    assert statuses == [200, 408], decisions

@@ -114,6 +114,7 @@ class ServerSpec:
     limit (``connections.connection_cap``)."""
 
     header_timeout_secs: float = 10
+    body_timeout_secs: float = 60
     max_header_bytes: int = 64 * 1024
     max_connections: int | None = None
     keepalive_timeout_secs: float = 30

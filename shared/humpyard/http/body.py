@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.types import Receive
 
 from humpyard import jsonfast
-from humpyard.errors import PayloadTooLarge, RequestError
+from humpyard.errors import BodyTimeout, PayloadTooLarge, RequestError
 
 MAX_JSON_DEPTH = 64
 MAX_HEADER_COUNT = 100
@@ -61,6 +61,10 @@ async def receive_json(receive: Receive, length: str | None, limit: int) -> Any:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
+            cut = body_timed_out(receive)
+            if cut is not None:
+                raise BodyTimeout(f"the request body did not arrive within {cut:g}s of "
+                                  f"its head (body_timeout_secs)")
             raise RequestError("the client went away before sending the whole body",
                                status=499, code="client_closed")
         chunk = message.get("body", b"")
@@ -71,6 +75,16 @@ async def receive_json(receive: Receive, length: str | None, limit: int) -> Any:
         if not message.get("more_body", False):
             break
     return parse_json(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+
+
+def body_timed_out(receive: Receive) -> float | None:
+    """The body timeout ``humpyard serve``'s connection guard cut this request's body
+    at (``connections.py``: it marks the connection's transport, then ends the
+    request's ``receive()`` with ``http.disconnect``), or None: the client left, or
+    another server runs the app."""
+    cycle: Any = getattr(receive, "__self__", None)  # uvicorn's request cycle
+    limit = getattr(getattr(cycle, "transport", None), "body_timed_out", None)
+    return limit if isinstance(limit, float | int) else None
 
 
 def parse_json(raw: bytes) -> Any:
