@@ -5,7 +5,9 @@ connections"; docs/decisions/0011-client-connections.md): at most
 ``max_connections`` open (a 503 beyond, never a reset), a request head complete
 within ``header_timeout_secs`` and at most ``max_header_bytes`` long (a 431,
 counted while reading), its body complete within ``body_timeout_secs`` of the head
-(a 408), idle keep-alive connections closed after ``keepalive_timeout_secs``.
+(a 408), an answer the client does not take for ``send_timeout_secs`` cut (the
+connection closed), idle keep-alive connections closed after
+``keepalive_timeout_secs``.
 ``guarded(base, guard)`` makes uvicorn's httptools protocol keep to them;
 ``serving.protocol_class`` applies it.
 """
@@ -114,24 +116,28 @@ class ConnectionGuard:
 
     def expire(self, now: float) -> None:
         """Close every connection whose request head is older than the header timeout,
-        or whose request body is still arriving longer than the body timeout after its
-        head."""
+        whose request body is still arriving longer than the body timeout after its
+        head, or whose answer the client has not taken for the send timeout."""
         spec = self.settings()
-        heads, bodies = spec.header_timeout_secs, spec.body_timeout_secs
+        heads, bodies, sends = (spec.header_timeout_secs, spec.body_timeout_secs,
+                                spec.send_timeout_secs)
         for conn in [c for c in self.open if c.head_since is not None
                      and now - c.head_since > heads]:
             conn.head_timed_out()
         for conn in [c for c in self.open if c.body_since is not None
                      and now - c.body_since > bodies]:
             conn.body_timed_out(bodies)
+        for conn in [c for c in self.open if c.stalled_since is not None
+                     and now - c.stalled_since > sends]:
+            conn.send_timed_out()
 
     async def sweep(self) -> None:
-        """``expire`` a few times per header or body timeout (at least once a second)."""
+        """``expire`` a few times per timeout (at least once a second)."""
         loop = asyncio.get_running_loop()
         while True:
             spec = self.settings()
             await asyncio.sleep(min(1.0, spec.header_timeout_secs / 4,
-                                    spec.body_timeout_secs / 4))
+                                    spec.body_timeout_secs / 4, spec.send_timeout_secs / 4))
             self.expire(loop.time())
 
 
@@ -141,7 +147,9 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
         being read began (the connection's start for the first), None between heads;
         ``head_bytes``: bytes received since then; ``body_since``: when the head of
         the request whose body is being read ended (None once the request is read
-        whole); ``refused``: answered and draining."""
+        whole); ``stalled_since``: when the transport last asked to pause writing (its
+        buffer past the high-water mark: the client is not taking the answer), None
+        once it drained; ``refused``: answered and draining."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
@@ -151,6 +159,7 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
             self.head_since: float | None = None
             self.head_bytes = 0
             self.body_since: float | None = None
+            self.stalled_since: float | None = None
             self.refused = False
             self._linger: asyncio.TimerHandle | None = None
 
@@ -222,6 +231,26 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
         def on_message_complete(self) -> None:
             self.body_since = None
             super().on_message_complete()
+
+        def pause_writing(self) -> None:
+            if self.stalled_since is None:
+                self.stalled_since = self.loop.time()
+            super().pause_writing()
+
+        def resume_writing(self) -> None:
+            self.stalled_since = None
+            super().resume_writing()
+
+        def send_timed_out(self) -> None:
+            """The client has taken nothing of its answer for the send timeout (the
+            transport's buffer stayed past its high-water mark): the connection is
+            aborted (a close would wait for the buffer to drain). The request's
+            client watch sees the loss, so the request is cancelled and recorded as a
+            client that left (499), and its upstream connection and slot are freed."""
+            guard.count("send_timeout")
+            self.stalled_since = None
+            self.refused = True
+            self.transport.abort()
 
         def _head_too_large(self) -> None:
             guard.count("headers_too_large")

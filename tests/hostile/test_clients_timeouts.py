@@ -1,18 +1,24 @@
-"""Connections that never finish a request head, or sit idle between requests, are
-closed: ``[server] header_timeout_secs`` and ``keepalive_timeout_secs``.
+"""Connections that never finish a request head, trickle its body, stop reading
+their answer, or sit idle between requests, are closed: ``[server]
+header_timeout_secs``, ``body_timeout_secs``, ``send_timeout_secs`` and
+``keepalive_timeout_secs``.
 
 Issue 24, case 2: 5,000 connections that sent nothing were never closed, and a
 slowloris (a header byte now and then) held its connection for as long as it
-liked. Each test runs a real ``humpyard serve`` and holds raw sockets.
+liked. The same held for a body sent a byte now and then and for a client that
+asked for a stream and read none of it (found 2026-12-03). Each test runs a
+real ``humpyard serve`` and holds raw sockets.
 """
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 
 import httpx
 
+from tests.durability.process import ServeProcess
 from tests.hostile.clients_support import (
     MODEL,
     closed_by_peer,
@@ -25,6 +31,10 @@ from tests.hostile.clients_support import (
     wait_until,
 )
 from tests.support.probe import Probe
+from tests.support.rawserver import RawServer
+from tests.wire.test_relay_cuts import _chunk
+
+DONE = b"data: [DONE]\n\n"
 
 IDLE = 200
 
@@ -170,3 +180,81 @@ def test_a_body_that_trickles_in_is_cut_at_the_body_timeout(tmp_path: Path) -> N
     assert series.get('{reason="body_timeout"}') == 2, series
     statuses = sorted(d["status"] for d in decisions)
     assert statuses == [200, 408], decisions
+
+
+def _streaming_upstream(events: int) -> RawServer:
+    """An upstream that streams ``events`` events of 16 KB each as fast as it may."""
+    big = _chunk({"content": "x" * 16_000})
+    head = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n")
+    return RawServer([head, *[b"%x\r\n%b\r\n" % (len(big), big)] * events,
+                      b"%x\r\n%b\r\n" % (len(DONE), DONE), b"0\r\n\r\n"])
+
+
+def _ask_stream(port: int, rcvbuf: int, model: str) -> socket.socket:
+    s = connect(port)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    body = b'{"model":"%b","stream":true,"messages":[{"role":"user","content":"hi"}]}' % (
+        model.encode())
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+              b"application/json\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
+    return s
+
+
+def test_a_client_that_stops_reading_is_cut_at_the_send_timeout(tmp_path: Path) -> None:
+    """A client that asks for a stream and then reads nothing held the stream, its
+    upstream connection and the provider's concurrency slot for as long as it liked:
+    the relay waits for the client's socket to drain, and nothing bounded that wait.
+    ``send_timeout_secs``: a connection whose answer cannot be written for that long
+    is closed, the request recorded as a client that left (499, ``relaying``) and the
+    close counted; a client that reads slowly but keeps reading is served whole."""
+    with _streaming_upstream(2_000) as stalled_up, _streaming_upstream(150) as slow_up:
+        cfg = tmp_path / "humpyard.toml"
+        cfg.write_text(f"""
+[ledger]
+path = "{tmp_path / 'ledger.db'}"
+[providers.p]
+base_url = "{stalled_up.url}/v1"
+[providers.q]
+base_url = "{slow_up.url}/v1"
+[targets.t]
+endpoints = [{{ provider = "p", model = "m" }}]
+[targets.slow]
+endpoints = [{{ provider = "q", model = "m" }}]
+[server]
+send_timeout_secs = 1
+""")
+        with ServeProcess(cfg, tmp_path / "serve.log") as gw:
+            stalled = _ask_stream(gw.port, 4096, "t")
+            assert readable(stalled, 5.0)
+            assert stalled.recv(64).startswith(b"HTTP/1.1 200 ")
+            started = time.monotonic()  # from here on the client reads nothing
+            poll_until = started + 8
+            while time.monotonic() < poll_until and not _recorded(gw.url, 1):
+                time.sleep(0.1)
+            cut_after = time.monotonic() - started
+            stalled.close()
+
+            slow = _ask_stream(gw.port, 65536, "slow")
+            got = b""
+            slow.settimeout(10)
+            while not got.endswith(b"0\r\n\r\n"):  # ~2.4 MB, 64 KiB every 0.1 s
+                data = slow.recv(65536)
+                if not data:
+                    break
+                got += data
+                time.sleep(0.1)
+            slow.close()
+            series = scrape(gw.url, "humpyard_connections_refused_total")
+            decisions = httpx.get(gw.url + "/v1/decisions?limit=10",
+                                  timeout=5).json()["decisions"]
+    assert cut_after < 6.0, "a client that read nothing held its stream"
+    assert got.endswith(b"0\r\n\r\n") and b"[DONE]" in got, got[-200:]
+    assert series.get('{reason="send_timeout"}') == 1, series
+    by_target = {d["target"]: d for d in decisions}
+    assert by_target["t"]["status"] == 499 and by_target["slow"]["status"] == 200, decisions
+
+
+def _recorded(url: str, n: int) -> bool:
+    r = httpx.get(url + "/v1/decisions?limit=10", timeout=5)
+    return r.status_code == 200 and len(r.json()["decisions"]) >= n

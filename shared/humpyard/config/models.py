@@ -259,6 +259,7 @@ class Server(_Strict):
 
     header_timeout_secs: float = Field(default=10, gt=0, le=3600)
     body_timeout_secs: float = Field(default=60, gt=0, le=3600)
+    send_timeout_secs: float = Field(default=60, gt=0, le=3600)
     max_header_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
     max_connections: int | None = Field(default=None, ge=1, le=10_000_000)
     keepalive_timeout_secs: float = Field(default=30, gt=0, le=3600)

@@ -115,6 +115,7 @@ class ServerSpec:
 
     header_timeout_secs: float = 10
     body_timeout_secs: float = 60
+    send_timeout_secs: float = 60
     max_header_bytes: int = 64 * 1024
     max_connections: int | None = None
     keepalive_timeout_secs: float = 30

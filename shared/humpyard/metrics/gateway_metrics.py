@@ -87,11 +87,12 @@ class GatewayMetrics:
       the request was doing: ``waiting`` (a buffered answer), ``hold_back`` (a
       stream before its first content) or ``relaying`` (a stream being sent).
     - ``connections_refused`` → ``humpyard_connections_refused_total{reason}`` counter:
-      client connections ``humpyard serve`` refused or closed before a request was
-      read whole; reason ``max_connections`` (a 503 at the ``[server]`` cap),
+      client connections ``humpyard serve`` refused or closed by its ``[server]``
+      limits; reason ``max_connections`` (a 503 at the ``[server]`` cap),
       ``header_timeout`` (no complete request head within ``header_timeout_secs``),
       ``headers_too_large`` (a 431 past ``max_header_bytes``, counted while reading)
-      or ``body_timeout`` (a body still arriving ``body_timeout_secs`` after its head).
+      ``body_timeout`` (a body still arriving ``body_timeout_secs`` after its head) or
+      ``send_timeout`` (a client that took none of its answer for ``send_timeout_secs``).
 
     Declaring the set twice over one registry returns the same metric objects.
     """
@@ -186,8 +187,8 @@ class GatewayMetrics:
             ("phase",))
         self.connections_refused: Counter = m.counter(
             "humpyard_connections_refused_total", "Client connections refused or closed "
-            "before a request was read whole (max_connections, header_timeout, "
-            "headers_too_large, body_timeout).", ("reason",))
+            "by the [server] limits (max_connections, header_timeout, headers_too_large, "
+            "body_timeout, send_timeout).", ("reason",))
 
         self.tokens: Counter = m.counter(
             "humpyard_tokens_total", "Tokens answered requests used, by key id, route, "
