@@ -158,6 +158,7 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
             self.max_head = spec.max_header_bytes
             self.head_since: float | None = None
             self.head_bytes = 0
+            self._began = self._body_seen = False  # in the read being parsed
             self.body_since: float | None = None
             self.stalled_since: float | None = None
             self.refused = False
@@ -205,9 +206,19 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
                 if size > self.max_head:
                     self._head_too_large()
                     return
+            self._began = self._body_seen = False
             super().data_received(data)
             if self.head_since is not None and not self.transport.is_closing():
-                self.head_bytes += n
+                if not self._began:  # the whole read is more of the same head
+                    self.head_bytes += n
+                elif not self._body_seen:
+                    # Pipelined requests: the head begun in this read is what follows
+                    # the last complete head in it (it has no end of its own yet).
+                    end = data.rfind(b"\r\n\r\n")
+                    self.head_bytes = n - (end + 4) if end >= 0 else n
+                # else a body ended in this read before the head began: where is not
+                # known, so this read is not counted (at most one read; the next ones
+                # are, and the header timeout still runs)
                 if self.head_bytes > self.max_head:
                     self._head_too_large()
 
@@ -220,7 +231,12 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
             if self.head_since is None:
                 self.head_since = self.loop.time()
             self.head_bytes = 0
+            self._began = True
             super().on_message_begin()
+
+        def on_body(self, body: bytes) -> None:
+            self._body_seen = True
+            super().on_body(body)
 
         def on_headers_complete(self) -> None:
             self.head_since = None

@@ -80,3 +80,36 @@ def test_a_huge_header_gets_431_early_and_cheaply_on_every_path(tmp_path: Path) 
     assert "Traceback" not in ok
     assert allowed.startswith(b"HTTP/1.1 200 "), allowed[:200]
     assert whole.startswith(b"HTTP/1.1 431 "), whole[:200]
+
+
+def test_pipelined_requests_past_the_head_limit_in_one_read_are_all_answered(
+        tmp_path: Path) -> None:
+    """HTTP/1.1 pipelining: many small requests written at once arrive in reads far
+    larger than ``max_header_bytes``. The whole read was counted as the head of the
+    last, partial request, so 5,000 pipelined ``GET /v1/health`` (180 KB) were cut
+    with a reset and no answer. Only the partial head's own bytes count; a head too
+    large begun after pipelined requests in the same read is still refused."""
+    request = b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n"
+    n = 5_000
+    with serving(tmp_path, "max_header_bytes = 4096") as (gw, _):
+        s = connect(gw.port)
+        s.sendall(request * n)
+        got = b""
+        s.settimeout(10)
+        while got.count(b"HTTP/1.1 ") < n:
+            data = s.recv(1 << 20)
+            if not data:
+                break
+            got += data
+        s.close()
+        s = connect(gw.port)  # a partial head past the limit after pipelined requests
+        s.sendall(request * 10 + b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Filler: "
+                  + b"a" * 8000)
+        try:
+            read_answer(s, 5.0)  # a 431, or a close while the ten are still answered
+        except ConnectionResetError:
+            pass
+        s.close()
+        series = scrape(gw.url, "humpyard_connections_refused_total")
+    assert got.count(b"HTTP/1.1 200 ") == n, got.count(b"HTTP/1.1 ")
+    assert series.get('{reason="headers_too_large"}') == 1, series
