@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from humpyard.config.models import RawConfig, Router, SelectRule
 from humpyard.config.problems import Salvage, did_you_mean, path
 from humpyard.config.provider_models import Provider
+from humpyard.config.public import public_document
 from humpyard.config.resolve_routes import (
     DEFAULT_FALLBACK,
     check_select,
@@ -42,7 +43,6 @@ from humpyard.config.spec import (
     StoreSpec,
     TargetSpec,
     WhenSpec,
-    public_document,
 )
 from humpyard.errors import ConfigError
 
