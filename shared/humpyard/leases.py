@@ -30,8 +30,9 @@ budget plus one request's misestimate, and at most the unused slices of the
 other instances (and of dead ones, until they expire) are refused early.
 
 **Per-key limits** shared through the store go through a limit counter
-(``limit_counter``, ``limit_counters.py``): a transaction per admission and per end on SQLite,
-blocks of each minute and leased slots on DynamoDB; its background writes
+(``limit_blocks.limit_counter``; ``limit_counters.py``): a transaction per
+admission and per end on SQLite, blocks of each minute and leased slots on
+DynamoDB; its background writes
 share this instance's thread, and its upkeep the tick. On the memory store
 (one process) the limits are the process's own.
 """
@@ -48,8 +49,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from humpyard.clock import Clock
-from humpyard.limit_blocks import LimitBlocks
-from humpyard.limit_counters import SHARED_LIMITS, CountedLimits
+from humpyard.limit_blocks import limit_counter
 from humpyard.queued import drained
 from humpyard.store.sharing import LimitCount
 
@@ -388,14 +388,3 @@ def _logged(fn: Callable[..., Any], *args: Any, **kw: Any) -> None:
     except Exception:  # noqa: BLE001 - a background write must not vanish silently
         log.exception("background lease write failed")
 
-
-def limit_counter(store: Any, clock: Clock, instance: str, *, lease_secs: float,
-                  later: Callable[..., None]) -> CountedLimits | LimitBlocks | None:
-    """How ``store`` shares per-key limits across instances, or None (not shared)."""
-    if getattr(store, "kind", "") not in SHARED_LIMITS:
-        return None
-    if callable(getattr(store, "lease_limits", None)):
-        return LimitBlocks(store, clock, instance, lease_secs=lease_secs, later=later)
-    if callable(getattr(store, "take_limits", None)):
-        return CountedLimits(store, clock, instance, lease_secs=lease_secs, later=later)
-    return None

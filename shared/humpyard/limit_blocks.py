@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from humpyard.clock import Clock
-from humpyard.limit_counters import LimitCounter
+from humpyard.limit_counters import SHARED_LIMITS, CountedLimits, LimitCounter
 from humpyard.store.sharing import LimitCount, LimitLease
 
 log = logging.getLogger("humpyard.leases")
@@ -263,3 +263,18 @@ class LimitBlocks(LimitCounter):
                 self.flush(key_id, all_slots=True)
             except Exception:  # noqa: BLE001 - the slot lease expires on its own
                 log.exception("per-key limit slots of key %s could not be given back", key_id)
+
+
+def limit_counter(store: Any, clock: Clock, instance: str, *, lease_secs: float,
+                  later: Callable[..., None]) -> CountedLimits | LimitBlocks | None:
+    """How ``store`` shares per-key limits across instances, or None (not shared):
+    blocks on a store that leases them (DynamoDB), else a count per request (SQLite).
+    Here rather than in ``limit_counters`` because it names both kinds, and
+    ``limit_blocks`` builds on ``limit_counters``."""
+    if getattr(store, "kind", "") not in SHARED_LIMITS:
+        return None
+    if callable(getattr(store, "lease_limits", None)):
+        return LimitBlocks(store, clock, instance, lease_secs=lease_secs, later=later)
+    if callable(getattr(store, "take_limits", None)):
+        return CountedLimits(store, clock, instance, lease_secs=lease_secs, later=later)
+    return None

@@ -5,7 +5,7 @@ of each minute where it is not (``limit_blocks.LimitBlocks``, DynamoDB).
 Both answer the same calls: ``take_now`` (from what is held, no store call; or
 None), ``take`` and ``counts`` (blocking: a worker thread's), ``release``,
 ``tick`` (a long-lived process's upkeep, which sets ``ticking``) and ``close``;
-``LimitCounter`` holds what both are given. ``leases.limit_counter`` picks the
+``LimitCounter`` holds what both are given. ``limit_blocks.limit_counter`` picks the
 one a store shares; the memory store (one process) has none and its limits are
 the process's own (``allowance.Allowance.admit``).
 """
