@@ -105,7 +105,7 @@ class HttpxBridge(httpx.AsyncBaseTransport):
             origin = self.route(url.scheme, host, url.port or (443 if url.scheme == "https"
                                                                else 80))
             target = url.raw_path
-            if origin.proxy is not None and origin.scheme == "http":  # absolute form
+            if origin.absolute_form and origin.proxy is not None:
                 target = b"http://" + host_header(host, url.port).encode("ascii") + target
                 if origin.proxy.authorization is not None:
                     raw.append((b"Proxy-Authorization", origin.proxy.authorization))

@@ -202,7 +202,7 @@ class UpstreamClient:
             target += "?" + parts.query
         headers = _request_headers(provider, extra_headers)
         hosthdr = host_header(host, parts.port)
-        if origin.proxy is not None and origin.scheme == "http":  # absolute form
+        if origin.absolute_form and origin.proxy is not None:
             target = f"http://{hosthdr}{target}"
             if origin.proxy.authorization is not None:
                 headers["proxy-authorization"] = origin.proxy.authorization.decode("ascii")

@@ -57,6 +57,12 @@ class Origin(NamedTuple):
     tls: TLSOptions | None = None
 
     @property
+    def absolute_form(self) -> bool:
+        """Requests go to the proxy with the full URL as target (an http upstream behind
+        a proxy); an https one is tunnelled with ``CONNECT`` instead."""
+        return self.proxy is not None and self.scheme == "http"
+
+    @property
     def address(self) -> str:
         """``host:port`` as shown in failures (IPv6 in brackets)."""
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"

@@ -198,7 +198,7 @@ class FastTransport:
         except BaseException:
             self._drop(conn)
             raise
-        if status == 407 and origin.proxy is not None and origin.scheme == "http":
+        if status == 407 and origin.absolute_form and origin.proxy is not None:
             # The proxy's refusal of a request sent through it in absolute form, not the
             # upstream's answer: a 407 handed on would ask the client for credentials.
             self._drop(conn)
