@@ -30,7 +30,7 @@ from tests.hostile.clients_support import (
     serving_apart,
     wait_until,
 )
-from tests.support.probe import Probe
+from tests.support.probe import Probe, rss_mb
 from tests.support.rawserver import RawServer
 from tests.wire.test_relay_cuts import _chunk
 
@@ -207,8 +207,11 @@ def test_a_client_that_stops_reading_is_cut_at_the_send_timeout(tmp_path: Path) 
     the relay waits for the client's socket to drain, and nothing bounded that wait.
     ``send_timeout_secs``: a connection whose answer cannot be written for that long
     is closed, the request recorded as a client that left (499, ``relaying``) and the
-    close counted; a client that reads slowly but keeps reading is served whole."""
-    with _streaming_upstream(2_000) as stalled_up, _streaming_upstream(150) as slow_up:
+    close counted; meanwhile the gateway reads no more of the upstream than the client
+    takes (its memory stays flat while 32 MB are offered). A client that reads slowly
+    but keeps reading (its answer paused and resumed many times, for longer than the
+    timeout in all) is served whole."""
+    with _streaming_upstream(2_000) as stalled_up, _streaming_upstream(700) as slow_up:
         cfg = tmp_path / "humpyard.toml"
         cfg.write_text(f"""
 [ledger]
@@ -225,12 +228,15 @@ endpoints = [{{ provider = "q", model = "m" }}]
 send_timeout_secs = 1
 """)
         with ServeProcess(cfg, tmp_path / "serve.log") as gw:
+            before = rss_mb(gw.pid)
             stalled = _ask_stream(gw.port, 4096, "t")
             assert readable(stalled, 5.0)
             assert stalled.recv(64).startswith(b"HTTP/1.1 200 ")
             started = time.monotonic()  # from here on the client reads nothing
             poll_until = started + 8
+            grown = 0.0
             while time.monotonic() < poll_until and not _recorded(gw.url, 1):
+                grown = max(grown, rss_mb(gw.pid) - before)
                 time.sleep(0.1)
             cut_after = time.monotonic() - started
             stalled.close()
@@ -238,17 +244,18 @@ send_timeout_secs = 1
             slow = _ask_stream(gw.port, 65536, "slow")
             got = b""
             slow.settimeout(10)
-            while not got.endswith(b"0\r\n\r\n"):  # ~2.4 MB, 64 KiB every 0.1 s
-                data = slow.recv(65536)
+            while not got.endswith(b"0\r\n\r\n"):  # ~11 MB, 128 KiB every 0.05 s: ~4 s
+                data = slow.recv(131072)
                 if not data:
                     break
                 got += data
-                time.sleep(0.1)
+                time.sleep(0.05)
             slow.close()
             series = scrape(gw.url, "humpyard_connections_refused_total")
             decisions = httpx.get(gw.url + "/v1/decisions?limit=10",
                                   timeout=5).json()["decisions"]
     assert cut_after < 6.0, "a client that read nothing held its stream"
+    assert grown < 16, f"the gateway grew {grown:.1f} MB for a client that reads nothing"
     assert got.endswith(b"0\r\n\r\n") and b"[DONE]" in got, got[-200:]
     assert series.get('{reason="send_timeout"}') == 1, series
     by_target = {d["target"]: d for d in decisions}
