@@ -223,9 +223,13 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
                     self._head_too_large()
 
         def _at_head(self) -> bool:
-            """Whether what arrives now is (part of) a request head, not a body."""
+            """Whether what arrives now is (part of) a request head, not a body: a
+            body still arriving after its answer (a 413 sent before the body was
+            read; uvicorn reads the rest and drops it) is not the next head."""
+            if self.head_since is not None:
+                return True
             cycle = self.cycle
-            return self.head_since is not None or cycle is None or cycle.response_complete
+            return self.body_since is None and (cycle is None or cycle.response_complete)
 
         def on_message_begin(self) -> None:
             if self.head_since is None:
