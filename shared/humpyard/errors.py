@@ -7,7 +7,8 @@ is the only place that turns them into responses::
     HumpyardError
     ├── ConfigError                 (load/reload: names the key and value)
     ├── RequestError        400     (malformed body; names the field)
-    │   └── PayloadTooLarge 413
+    │   ├── PayloadTooLarge 413
+    │   └── UnsupportedEncoding 415
     ├── AuthError           401
     ├── ForbiddenError      403
     ├── UnknownModel        404
@@ -24,6 +25,10 @@ is the only place that turns them into responses::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import ClassVar
+
 
 class HumpyardError(Exception):
     """Base of every deliberate humpyard error: a message, an HTTP status, a code."""
@@ -32,6 +37,7 @@ class HumpyardError(Exception):
     code: str = "internal_error"
     type: str = "api_error"
     retry_after: float | None = None  # seconds; sent as a Retry-After header when set
+    headers: ClassVar[Mapping[str, str] | None] = None  # more response headers to send
 
     def __init__(self, message: str, *, status: int | None = None, code: str | None = None):
         super().__init__(message)
@@ -69,6 +75,16 @@ class PayloadTooLarge(RequestError):
 
     status = 413
     code = "payload_too_large"
+
+
+class UnsupportedEncoding(RequestError):
+    """The request body comes in a content coding the gateway does not undo (it
+    takes identity, gzip and deflate); ``headers`` says which it accepts."""
+
+    status = 415
+    code = "unsupported_encoding"
+    headers: ClassVar[Mapping[str, str] | None] = MappingProxyType(
+        {"accept-encoding": "gzip, deflate"})
 
 
 class AuthError(HumpyardError):

@@ -1,5 +1,6 @@
-"""A request body the gateway refuses as too large gets one answer, and the
-connection goes on.
+"""Request bodies the gateway refuses or must undo.
+
+A body too large gets one answer, and the connection goes on.
 
 Seen by running ``humpyard serve``: a chunked body past ``max_body_bytes`` was
 answered 413, and then, on the same connection, 431 "request head: more than
@@ -8,17 +9,24 @@ body, still arriving, for the next request's head, measured a large read of it
 against ``max_header_bytes`` and answered that too: two answers to one request,
 the second of which a keep-alive client would read as the answer to its next.
 The same happened to a body whose ``Content-Length`` alone was over the limit.
+
+A compressed body is undone within the limit, or refused by name.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
+import zlib
 from pathlib import Path
 
+import httpx
+
 from tests.durability.process import ServeProcess
-from tests.hostile.clients_support import connect, read_answer, scrape, write_config
+from tests.hostile.clients_support import connect, read_answer, scrape, serving, write_config
 from tests.support.fake_upstream import FakeUpstream
+from tests.support.probe import peak_rss_mb, rss_mb
 
 LIMIT = 200_000
 OVER = 1_000_000
@@ -59,3 +67,49 @@ def test_a_body_over_the_limit_gets_one_answer_and_the_connection_goes_on(
         assert statuses == [b"413", b"200"], (name, answer[:600])
         assert b"payload_too_large" in answer, name
     assert '{reason="headers_too_large"}' not in series, series
+
+
+def test_a_compressed_body_is_undone_within_the_limit_or_refused_by_name(
+        tmp_path: Path) -> None:
+    """``Content-Encoding`` on a request: a gzip body was read as JSON as it was, a
+    400 "request body is not valid UTF-8 (byte 1)". gzip and deflate bodies are now
+    undone, a bounded step at a time: one that inflates past ``max_body_bytes`` (a
+    256 MiB bomb in 256 KB) is a 413 without the gateway holding more than the limit;
+    a body that does not decode is a 400, and a coding the gateway does not undo is a
+    415 that says which it does."""
+    body = json.dumps({"model": "t", "messages": [{"role": "user", "content": "hi"}]}
+                      ).encode()
+    squeeze = zlib.compressobj(9)
+    bomb = b"".join(squeeze.compress(bytes(1 << 20)) for _ in range(256)) + squeeze.flush()
+    assert len(bomb) < 300_000
+    with serving(tmp_path) as (gw, up):
+        with httpx.Client(base_url=gw.url, timeout=30) as client:
+            def post(data: bytes, coding: str, path: str = "/v1/chat/completions"
+                     ) -> httpx.Response:
+                return client.post(path, content=data, headers={
+                    "content-type": "application/json", "content-encoding": coding})
+            gzipped = post(gzip.compress(body), "gzip")
+            deflated = post(zlib.compress(body), "deflate")
+            raw_deflated = post(zlib.compress(body, wbits=-15), "deflate")
+            messages = post(gzip.compress(json.dumps({
+                "model": "t", "max_tokens": 8,
+                "messages": [{"role": "user", "content": "hi"}]}).encode()), "gzip",
+                "/v1/messages")
+            before = rss_mb(gw.pid)
+            bombed = post(bomb, "deflate")
+            grew = peak_rss_mb(gw.pid) - before
+            broken = post(gzip.compress(body)[:-12] + b"x" * 12, "gzip")
+            zstd = post(body, "zstd")
+            served_after = post(body, "identity")
+        calls = len(up.requests)
+    for answer in (gzipped, deflated, raw_deflated, messages, served_after):
+        assert answer.status_code == 200, answer.text
+    assert calls == 5
+    assert bombed.status_code == 413, bombed.text
+    assert "decoded" in bombed.json()["error"]["message"]
+    assert grew < 100, f"the gateway grew {grew:.0f} MB on a body over a 32 MiB limit"
+    assert broken.status_code == 400, broken.text
+    assert "content-encoding" in broken.json()["error"]["message"]
+    assert zstd.status_code == 415, zstd.text
+    assert zstd.headers["accept-encoding"] == "gzip, deflate"
+    assert zstd.json()["error"]["code"] == "unsupported_encoding"

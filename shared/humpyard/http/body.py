@@ -6,14 +6,16 @@ import json
 import math
 import re
 import sys
+import zlib
 from itertools import accumulate
-from typing import Any
+from typing import Any, NoReturn
 
 from starlette.requests import Request
 from starlette.types import Receive
 
 from humpyard import jsonfast
-from humpyard.errors import BodyTimeout, PayloadTooLarge, RequestError
+from humpyard.errors import BodyTimeout, PayloadTooLarge, RequestError, UnsupportedEncoding
+from humpyard.upstream.encoding import Decoder, decoder_for
 
 MAX_JSON_DEPTH = 64
 MAX_HEADER_COUNT = 100
@@ -43,12 +45,16 @@ def header_dict(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
 
 async def read_json(request: Request, limit: int) -> Any:
     """The body parsed as JSON; 413 past ``limit`` bytes, 400 naming what is wrong."""
-    return await receive_json(request.receive, request.headers.get("content-length"), limit)
+    headers = request.headers
+    return await receive_json(request.receive, headers.get("content-length"), limit,
+                              headers.get("content-encoding"))
 
 
-async def receive_json(receive: Receive, length: str | None, limit: int) -> Any:
+async def receive_json(receive: Receive, length: str | None, limit: int,
+                       coding: str | None = None) -> Any:
     """The body from ASGI ``receive`` parsed as JSON (``length``: the Content-Length
-    header, if any); 413 past ``limit`` bytes, 400 naming what is wrong."""
+    header, if any; ``coding``: the Content-Encoding header, if any); 413 past
+    ``limit`` bytes (decoded), 415 for a coding not undone, 400 naming what is wrong."""
     if length is not None:
         try:
             n = int(length)
@@ -56,17 +62,16 @@ async def receive_json(receive: Receive, length: str | None, limit: int) -> Any:
             raise RequestError("content-length: not a number") from None
         if n > limit:
             raise PayloadTooLarge(f"request body is {n} bytes; the limit is {limit}")
+    if coding:
+        decoder = body_decoder(coding)
+        if decoder is not None:
+            return parse_json(await _receive_decoded(receive, decoder, limit))
     chunks: list[bytes] = []
     size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            cut = body_timed_out(receive)
-            if cut is not None:
-                raise BodyTimeout(f"the request body did not arrive within {cut:g}s of "
-                                  f"its head (body_timeout_secs)")
-            raise RequestError("the client went away before sending the whole body",
-                               status=499, code="client_closed")
+            _left(receive)
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
@@ -75,6 +80,56 @@ async def receive_json(receive: Receive, length: str | None, limit: int) -> Any:
         if not message.get("more_body", False):
             break
     return parse_json(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+
+
+def body_decoder(coding: str) -> Decoder | None:
+    """A decoder for a request's ``Content-Encoding`` (None: identity), or a 415 for
+    a coding the gateway does not undo (``upstream/encoding.py`` leaves br and zstd
+    as they are, which for a request body would be a JSON error further on)."""
+    for name in coding.lower().split(","):
+        if name.strip() not in ("gzip", "x-gzip", "deflate", "identity", ""):
+            raise UnsupportedEncoding(
+                "content-encoding: the request body may be sent as it is, or in gzip "
+                "or deflate")
+    return decoder_for(coding)
+
+
+async def _receive_decoded(receive: Receive, decoder: Decoder, limit: int) -> bytes:
+    """The body undone from its coding a bounded step at a time, 413 as soon as what it
+    decodes to is over ``limit`` (a small body that inflates far is never held)."""
+    chunks: list[bytes] = []
+    size = 0
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            _left(receive)
+        more = message.get("more_body", False)
+        decoder.push(message.get("body", b""))
+        if not more:
+            decoder.finish()
+        try:
+            while out := decoder.pull():
+                size += len(out)
+                if size > limit:
+                    chunks.clear()
+                    raise PayloadTooLarge(
+                        f"request body is over the limit of {limit} bytes (decoded)")
+                chunks.append(out)
+        except zlib.error:
+            raise RequestError("request body: it does not decode as its "
+                               "content-encoding says") from None
+    return b"".join(chunks)
+
+
+def _left(receive: Receive) -> NoReturn:
+    """The request's ``receive()`` said ``http.disconnect`` before the whole body."""
+    cut = body_timed_out(receive)
+    if cut is not None:
+        raise BodyTimeout(f"the request body did not arrive within {cut:g}s of "
+                          f"its head (body_timeout_secs)")
+    raise RequestError("the client went away before sending the whole body",
+                       status=499, code="client_closed")
 
 
 def body_timed_out(receive: Receive) -> float | None:

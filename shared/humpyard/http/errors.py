@@ -39,6 +39,8 @@ def error_reply(err: HumpyardError, *, shape: str = "openai",
     (``"bedrock"``: ``{"message"}``, the exception's name in ``x-amzn-ErrorType``)."""
     if err.retry_after is not None and err.retry_after > 0:
         headers = {**(headers or {}), "retry-after": str(max(1, math.ceil(err.retry_after)))}
+    if err.headers:
+        headers = {**(headers or {}), **err.headers}
     if shape == "anthropic":
         body = anthropic_error_body(err.status, err.message)
     elif shape == "bedrock":

@@ -125,7 +125,8 @@ async def take(gw: RequestServices, protocol: ClientProtocol, scope: Scope, rece
             call.headers = header_dict(scope["headers"])
             call.key = authenticate(call.config.keys, call.headers)
             body = await receive_json(receive, call.headers.get("content-length"),
-                                      call.config.max_body_bytes)
+                                      call.config.max_body_bytes,
+                                      call.headers.get("content-encoding"))
             if protocol.prepare is not None:
                 body, call.headers = protocol.prepare(body, scope, call.headers)
             if isinstance(body, dict):
