@@ -5,10 +5,12 @@
 request, and its ``Formatter`` formats the time afresh for every record; both
 are a sizeable share of the gateway's own work per request
 (docs/decisions/0003-performance.md, "Round 3"). ``BufferedStderr`` keeps lines
-in a 64 KiB buffer that is written when it fills, at once for a WARNING or
+in a 64 KiB buffer that is handed on when it fills, at once for a WARNING or
 worse, and by ``flush_periodically`` (every ``FLUSH_SECS``) and at exit, so an
-INFO line reaches the log within a quarter of a second. ``LineFormatter``
-formats the time once per second.
+INFO line reaches the log within a quarter of a second. What is handed on is
+written by a thread of its own (``logpipe.py``), so a reader of stderr that stops
+taking lines costs lines (dropped and counted), never the event loop's time.
+``LineFormatter`` formats the time once per second.
 
 Every log line is one record: ``EscapingFormatter`` (and ``LineFormatter``, built
 on it) writes the control characters of a record's message (CR, LF and the rest
@@ -22,12 +24,13 @@ escaped: a line that begins in the first column is always a record's first.
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import logging
 import re
 import time
 from typing import Any
+
+from humpyard.logpipe import FdWriter
 
 FLUSH_SECS = 0.25
 BUFFER_BYTES = 64 * 1024
@@ -98,13 +101,41 @@ class LineFormatter(EscapingFormatter):
         return f"{self._time(created, msecs)} {levelname} {name} {escape_controls(message)}"
 
 
+class _Pending:
+    """The text ``BufferedStderr`` holds (whole records), handed to its ``FdWriter`` as
+    it reaches ``BUFFER_BYTES``; the handler's ``stream``."""
+
+    __slots__ = ("parts", "size", "out")
+
+    def __init__(self, out: FdWriter) -> None:
+        self.parts: list[str] = []
+        self.size = 0
+        self.out = out
+
+    def write(self, text: str) -> None:
+        self.parts.append(text)
+        self.size += len(text)
+        if self.size >= BUFFER_BYTES:
+            self.hand_off()
+
+    def hand_off(self) -> None:
+        if self.parts:
+            text = "".join(self.parts)
+            self.parts.clear()
+            self.size = 0
+            self.out.put(text)
+
+    def flush(self) -> None:
+        """Called by ``StreamHandler.emit`` after every record: nothing until a drain."""
+
+
 class BufferedStderr(logging.StreamHandler):  # type: ignore[type-arg]
-    """stderr (file descriptor 2) through a buffer; see the module docstring."""
+    """stderr (file descriptor 2) through a buffer and a writer thread (``logpipe``);
+    see the module docstring."""
 
     def __init__(self, fd: int = 2) -> None:
-        raw = io.FileIO(fd, "w", closefd=False)
-        super().__init__(io.TextIOWrapper(io.BufferedWriter(raw, BUFFER_BYTES),
-                                          encoding="utf-8", errors="backslashreplace"))
+        self.out = FdWriter(fd)
+        super().__init__(_Pending(self.out))  # type: ignore[arg-type]
         self.setFormatter(LineFormatter())
 
     def flush(self) -> None:
@@ -116,29 +147,29 @@ class BufferedStderr(logging.StreamHandler):  # type: ignore[type-arg]
             self.drain()
 
     def drain(self) -> None:
-        """Write what the buffer holds."""
+        """Hand what the buffer holds to the writer thread; once a reader that stalled
+        takes lines again, a WARNING says how many were dropped meanwhile."""
         with self.lock:  # type: ignore[union-attr]
-            try:
-                self.stream.flush()
-            except (OSError, ValueError):  # stderr closed: nothing to write to
-                pass
+            self.stream.hand_off()
+        lost = self.out.take_dropped()
+        if lost:
+            logging.getLogger("humpyard.log").warning(
+                "%d log lines were dropped: stderr took none for a while (its reader "
+                "stalled); see humpyard_log_lines_dropped_total", lost)
 
     def close(self) -> None:
         self.drain()
+        self.out.wait_empty()
         super().close()
 
     def write_info(self, name: str, message: str) -> None:
         """An INFO line from logger ``name``, as ``emit`` writes it, without a record
-        (``info_line``). A stream that fails to take it loses the line, as ``drain``
-        would."""
+        (``info_line``)."""
         formatter = self.formatter
         assert isinstance(formatter, LineFormatter)
         text = formatter.line(time.time(), "INFO", name, message) + self.terminator
         with self.lock:  # type: ignore[union-attr]
-            try:
-                self.stream.write(text)
-            except (OSError, ValueError):
-                pass
+            self.stream.write(text)
 
 
 def _only_plain_handler(logger: logging.Logger) -> BufferedStderr | None:
@@ -183,13 +214,16 @@ async def flush_periodically(handler: BufferedStderr) -> None:
         handler.drain()
 
 
-def drain_all() -> None:
+def drain_all(*, wait: float = 0) -> None:
     """Drain every ``BufferedStderr`` the root logger has (a process without an event
     loop to run ``flush_periodically``, such as ``serve --workers``' parent, calls it
-    as it goes; every process calls it at exit)."""
+    as it goes; every process calls it at exit, with ``wait``: up to that many
+    seconds for the lines to be written)."""
     for h in logging.getLogger().handlers:
         if isinstance(h, BufferedStderr):
             h.drain()
+            if wait:
+                h.out.wait_empty(wait)
 
 
 _RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {

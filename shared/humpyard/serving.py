@@ -212,6 +212,7 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     from humpyard import telemetry
     from humpyard.config import load_config
     from humpyard.http.app import CLIENT, SURFACES, create_app
+    from humpyard.logpipe import EXIT_WAIT_SECS
     from humpyard.logsink import BufferedStderr, drain_all, flush_periodically
     from humpyard.reload import Reloader
     from humpyard.store import file_on_disk
@@ -292,8 +293,12 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
         proxy_headers=False, server_header=False, http=protocol_class(guard),
         ws="none"),  # no WebSocket routes: an upgrade must not leave the guarded protocol
         ready, signals=False)
-    tasks = [asyncio.create_task(flush_periodically(h)) for h in logging.getLogger().handlers
-             if isinstance(h, BufferedStderr)]
+    sinks = [h for h in logging.getLogger().handlers if isinstance(h, BufferedStderr)]
+    for h in sinks:  # lines a stalled log reader cost (logpipe.py), counted from now on
+        h.out.counter = gw.metrics.log_lines_dropped
+        if h.out.dropped:
+            gw.metrics.log_lines_dropped.inc(h.out.dropped)
+    tasks = [asyncio.create_task(flush_periodically(h)) for h in sinks]
     tasks.append(asyncio.create_task(_exit_on(stop, server)))
     tasks.append(asyncio.create_task(guard.sweep()))
     if cfg.reload_poll_secs > 0 and published is None:  # a worker's parent watches
@@ -324,7 +329,7 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
             _write_snapshot(shared_metrics)  # this worker's last counts
         if own_signals:
             log.info("humpyard stopped")
-            drain_all()
+            drain_all(wait=EXIT_WAIT_SECS)
 
 
 def _own_stop_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event,

@@ -85,6 +85,7 @@ def _root_to(tmp_path: Any, formatter: logging.Formatter | None = None) -> Any:
 
     def lines() -> list[str]:
         handler.drain()
+        assert handler.out.wait_empty(5)  # written by the log's own thread (logpipe.py)
         root.handlers[:] = handlers
         root.setLevel(level)
         os.close(fd)

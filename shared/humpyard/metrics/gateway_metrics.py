@@ -94,6 +94,9 @@ class GatewayMetrics:
       ``headers_too_large`` (a 431 past ``max_header_bytes``, counted while reading)
       ``body_timeout`` (a body still arriving ``body_timeout_secs`` after its head) or
       ``send_timeout`` (a client that took none of its answer for ``send_timeout_secs``).
+    - ``log_lines_dropped`` → ``humpyard_log_lines_dropped_total`` counter: log lines
+      ``humpyard serve`` dropped because stderr's reader stopped taking them and the
+      queue before it was full (``logpipe.py``); the event loop never waits for it.
 
     Declaring the set twice over one registry returns the same metric objects.
     """
@@ -190,6 +193,9 @@ class GatewayMetrics:
             "humpyard_connections_refused_total", "Client connections refused or closed "
             "by the [server] limits (max_connections, header_timeout, headers_too_large, "
             "body_timeout, send_timeout).", ("reason",))
+        self.log_lines_dropped: Counter = m.counter(
+            "humpyard_log_lines_dropped_total", "Log lines dropped because stderr's reader "
+            "took none for a while and the queue before it was full.")
 
         self.tokens: Counter = m.counter(
             "humpyard_tokens_total", "Tokens answered requests used, by key id, route, "
@@ -215,4 +221,5 @@ class GatewayMetrics:
             self.ledger_write_seconds, self.ledger_lost, self.transaction_conflicts,
             self.upstream_in_flight, self.upstream_waiting, self.upstream_slot_timeouts,
             self.refused, self.translation_drops, self.client_disconnects,
-            self.connections_refused, self.tokens, self.cost_usd, self.direct_writes))
+            self.connections_refused, self.log_lines_dropped, self.tokens, self.cost_usd,
+            self.direct_writes))

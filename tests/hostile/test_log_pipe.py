@@ -1,0 +1,157 @@
+"""A log reader that stops reading stalls no request.
+
+``humpyard serve`` logs to stderr, which in production is a pipe: to journald,
+a container runtime, a log shipper, or a terminal paused with Ctrl-S. Seen by
+running it with stderr on a pipe nobody read: after a few hundred requests the
+pipe was full, the next write of the log buffer blocked the event loop, and
+every request (health checks and `/metrics` too) waited for the reader, for
+ever. The log is now written by a thread of its own from a bounded queue; what
+does not fit is dropped, whole lines, and counted
+(``humpyard_log_lines_dropped_total``), and once the reader takes lines again a
+WARNING says how many were lost. A stop does not wait for a stalled reader
+longer than the exit's bound.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.hostile.clients_support import MODEL, connect, scrape, wait_until, write_config
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.servers import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+F_SETPIPE_SZ = 1031
+BODY = b'{"model":"%s","messages":[{"role":"user","content":"hi"}]}' % MODEL.encode()
+REQUEST = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+           b"\r\nContent-Length: %d\r\n\r\n" % len(BODY) + BODY)
+
+
+def _burst(port: int, connections: int, each: int, deadline: float) -> int:
+    """``connections`` × ``each`` pipelined requests; the answers that came in time."""
+    answered = [0] * connections
+
+    def one(i: int) -> None:
+        s = connect(port)
+        try:
+            s.sendall(REQUEST * each)
+            got = b""
+            while got.count(b"HTTP/1.1 200 ") < each and time.monotonic() < deadline:
+                s.settimeout(max(0.05, deadline - time.monotonic()))
+                try:
+                    data = s.recv(1 << 20)
+                except TimeoutError:
+                    break
+                if not data:
+                    break
+                got += data
+            answered[i] = got.count(b"HTTP/1.1 200 ")
+        finally:
+            s.close()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(connections)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(answered)
+
+
+def test_a_log_reader_that_stops_reading_stalls_no_request(tmp_path: Path) -> None:
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, F_SETPIPE_SZ, 4096)
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}"}
+    with FakeUpstream() as up:
+        cfg = write_config(tmp_path, up.url)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "humpyard.cli", "serve", "--config", str(cfg),
+             "--port", str(port)], cwd=str(ROOT), env=env, stdout=write_end, stderr=write_end)
+        os.close(write_end)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            def up_() -> bool:
+                try:
+                    return httpx.get(url + "/healthz", timeout=1).status_code == 200
+                except httpx.TransportError:
+                    return False
+            assert wait_until(up_, 20)
+            # Nobody reads the log: 12,000 requests write ~2.7 MB of request lines.
+            answered = _burst(port, 8, 1500, time.monotonic() + 60)
+            dropped = scrape(url, "humpyard_log_lines_dropped_total")
+            # The reader comes back: the lines flow again, with word of what was lost.
+            taken: list[bytes] = []
+            reader = threading.Thread(target=lambda: _read_all(read_end, taken), daemon=True)
+            reader.start()
+            after = httpx.post(url + "/v1/chat/completions", content=BODY, timeout=10,
+                               headers={"content-type": "application/json"})
+            rid = after.headers["x-humpyard-request-id"].encode()
+            assert wait_until(lambda: rid in b"".join(taken), 10), b"".join(taken)[-2000:]
+            log = b"".join(taken)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                code = proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise
+    os.close(read_end)
+    assert answered == 12_000, answered
+    assert dropped.get("") and dropped[""] > 0, dropped
+    assert b"log lines were dropped" in log, log[-3000:]
+    lines = log.split(b"\n")
+    assert all(not line or line[:2] == b"20" or line.startswith(b"    ") for line in lines), \
+        [line for line in lines if line and line[:2] != b"20"][:3]  # whole lines only
+    assert code == 0
+
+
+def test_a_stop_does_not_wait_for_a_log_reader_that_never_reads(tmp_path: Path) -> None:
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, F_SETPIPE_SZ, 4096)
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}"}
+    with FakeUpstream() as up:
+        cfg = write_config(tmp_path, up.url)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "humpyard.cli", "serve", "--config", str(cfg),
+             "--port", str(port)], cwd=str(ROOT), env=env, stdout=write_end, stderr=write_end)
+        os.close(write_end)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            def up_() -> bool:
+                try:
+                    return httpx.get(url + "/healthz", timeout=1).status_code == 200
+                except httpx.TransportError:
+                    return False
+            assert wait_until(up_, 20)
+            assert _burst(port, 4, 500, time.monotonic() + 60) == 2000
+            began = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(30)
+            took = time.monotonic() - began
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            os.close(read_end)
+    assert code == 0
+    assert took < 15, took
+
+
+def _read_all(fd: int, into: list[bytes]) -> None:
+    while True:
+        try:
+            data = os.read(fd, 1 << 16)
+        except OSError:
+            return
+        if not data:
+            return
+        into.append(data)
