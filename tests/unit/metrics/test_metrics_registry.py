@@ -127,6 +127,7 @@ def test_gateway_metrics_names_labels_and_kinds() -> None:
                               ("protocol", "what")),
         "client_disconnects": ("humpyard_client_disconnects_total", Counter, ("phase",)),
         "connections_refused": ("humpyard_connections_refused_total", Counter, ("reason",)),
+        "log_lines_dropped": ("humpyard_log_lines_dropped_total", Counter, ()),
         "tokens": ("humpyard_tokens_total", Counter, ("key", "route", "target", "kind")),
         "cost_usd": ("humpyard_cost_usd_total", Counter, ("key", "route", "target")),
         "direct_writes": ("humpyard_stream_direct_writes_total", Counter, ("protocol",)),
