@@ -79,7 +79,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         run_loop(serve(args.config, args.host, args.port, worker_fd=args.worker_fd,
                        worker_state=args.worker_state, worker_dir=args.worker_dir,
                        worker_index=args.worker_index,
-                       worker_instance=args.worker_instance))
+                       worker_instance=args.worker_instance, worker_beat=args.worker_beat))
     except ConfigError as e:
         print(e, file=sys.stderr)
         return 1
@@ -252,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--worker-dir", default=None, help=argparse.SUPPRESS)
     s.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     s.add_argument("--worker-instance", help=argparse.SUPPRESS)
+    s.add_argument("--worker-beat", type=int, default=None, help=argparse.SUPPRESS)
     s.set_defaults(fn=cmd_serve)
     c = sub.add_parser("check", help="validate a configuration file",
                        description="Validate a configuration file and print every problem. "

@@ -37,6 +37,7 @@ log = logging.getLogger("humpyard")
 T = TypeVar("T")
 
 GC_THRESHOLDS = (10_000, 20, 100)
+BEAT_SECS = 1.0  # a worker's sign of life to its parent (``_beat``)
 """``gc.set_threshold`` while serving (Python's default: 700, 10, 10)."""
 
 _HEAD_START = b"HTTP/1.1 "
@@ -181,7 +182,8 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
                 stop: asyncio.Event | None = None, surfaces: Collection[str] | None = None,
                 store: Any = None, worker_fd: int | None = None,
                 worker_state: str | None = None, worker_dir: str | None = None,
-                worker_index: int = 0, worker_instance: str | None = None) -> None:
+                worker_index: int = 0, worker_instance: str | None = None,
+                worker_beat: int | None = None) -> None:
     """Serve the gateway on ``config_path`` at ``host:port`` until SIGINT or SIGTERM;
     SIGHUP and ``reload_poll_secs`` reload the file. ``ConfigError`` if the file is
     invalid at start.
@@ -205,8 +207,9 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     configuration names no ledger), keep its metrics' snapshot in the run's
     directory ``worker_dir`` as worker ``worker_index`` (``/metrics`` answers every
     worker's: ``metrics/sharing.py``), hold budget leases and limit slots in the file
-    as ``worker_instance`` (the parent gives them back if the worker dies), and stop
-    when the parent is gone."""
+    as ``worker_instance`` (the parent gives them back if the worker dies), write a
+    byte on the pipe ``worker_beat`` every ``BEAT_SECS`` from the event loop (the
+    parent replaces a worker silent too long), and stop when the parent is gone."""
     import uvicorn
 
     from humpyard import telemetry
@@ -305,6 +308,8 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
         tasks.append(asyncio.create_task(_poll_config(reloader, gw)))
     if worker_fd is not None:
         tasks.append(asyncio.create_task(_stop_when_orphaned(os.getppid(), stop)))
+    if worker_beat is not None:
+        tasks.append(asyncio.create_task(_beat(worker_beat)))
     if shared_metrics is not None:
         tasks.append(asyncio.create_task(_snapshot_metrics(shared_metrics)))
     # What exists now lives as long as the process: keep it out of the collector's
@@ -397,6 +402,20 @@ async def _stop_when_orphaned(parent: int, stop: asyncio.Event) -> None:
         await asyncio.sleep(1.0)
     log.warning("the parent process is gone; this worker stops")
     stop.set()
+
+
+async def _beat(fd: int) -> None:
+    """A worker tells its parent, from its event loop, that the loop runs: a byte on
+    the pipe ``fd`` every ``BEAT_SECS`` (``workers.py`` replaces a worker silent for
+    ``[server] worker_timeout_secs``). The write never waits: a full pipe (the
+    parent not reading) or a closed one (the parent gone) is let be."""
+    os.set_blocking(fd, False)
+    while True:
+        try:
+            os.write(fd, b".")
+        except (BlockingIOError, BrokenPipeError):
+            pass
+        await asyncio.sleep(BEAT_SECS)
 
 
 async def _poll_config(reloader: object, gw: object) -> None:

@@ -46,8 +46,14 @@ The parent process serves nothing itself. It
   requests and closes its ledger writer, waits for them all and exits 0 (a
   worker still running after ``DRAIN_SECS`` is killed).
 
-A worker notices its parent is gone (killed with SIGKILL) within a second
-and stops as on SIGTERM.
+A worker writes a byte to its parent every second from its event loop
+(``serving._beat``, a pipe of its own); one silent for ``[server]
+worker_timeout_secs`` (its loop stuck, or the process frozen) is killed and
+started again like a worker that died, since the connections the kernel hands
+it would hang. A worker notices its parent is gone (killed with SIGKILL)
+within a second and stops as on SIGTERM. What the workers share on the disk
+(the store check, the run's directory, emptying live state, giving back a
+dead worker's leases) is ``worker_state.py``.
 """
 
 from __future__ import annotations
@@ -55,13 +61,10 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import shutil
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -73,12 +76,20 @@ from humpyard.errors import ConfigError, HumpyardError
 from humpyard.logsink import drain_all
 from humpyard.published_config import publish_config
 from humpyard.reload import FileWatch
+from humpyard.worker_state import (
+    RunDir,
+    check_shared_config,
+    give_back,
+    reset_live_state,
+    reset_quietly,
+)
 
 log = logging.getLogger("humpyard.workers")
 
 RESTART_BACKOFF_SECS = 0.5
 MAX_RESTART_BACKOFF_SECS = 10.0
 STABLE_SECS = 10.0
+STARTUP_SECS = 30.0  # a new worker's allowance, beyond the timeout, before its first beat
 DRAIN_SECS = 60.0
 BACKLOG = 2048
 POLL_SECS = 0.05
@@ -100,88 +111,6 @@ def worker_count(value: str) -> int:
     return n
 
 
-def check_shared_config(cfg: Config) -> str:
-    """The store the workers share: ``sqlite`` (the ``[ledger] path`` file),
-    ``dynamodb`` or ``memory`` (none configured: ``RunDir``'s state file). ``ConfigError``
-    when it names a SQLite database no other process can open."""
-    from humpyard.clock import SystemClock
-    from humpyard.fleet import backend_of, check_backend, open_configured_store
-    from humpyard.store import file_on_disk
-    backend = backend_of(cfg)
-    if backend == "dynamodb":
-        check_backend(cfg)
-        open_configured_store(cfg, SystemClock()).close()  # credentials, region, tables
-        return backend
-    if backend == "memory":
-        return backend
-    path = cfg.ledger.path if cfg.ledger is not None else None
-    if not file_on_disk(path):
-        raise ConfigError(f"ledger.path: serve --workers N (N > 1) needs a file on the disk "
-                          f"that every worker opens, not {path!r}")
-    return backend
-
-
-class RunDir:
-    """The run's own directory, which only this user may enter (``mkdtemp``): each
-    worker's metrics snapshot (``metrics/sharing.py``) and, with ``state``, the workers'
-    state file when the configuration names no ledger: ``state.db``
-    (``SharedSQLiteStore`` with ``ledger=False``: shared breakers, probe leases, latency,
-    spend and limits; overrides refused and decisions capped, as one process without a
-    ledger). ``close`` removes it; a parent killed with SIGKILL leaves it behind."""
-
-    def __init__(self, *, state: bool) -> None:
-        self.dir = tempfile.mkdtemp(prefix="humpyard-workers-")  # mode 0700
-        self.state: str | None = None
-        if state:
-            from humpyard.clock import SystemClock
-            from humpyard.store.sqlite import SharedSQLiteStore
-            self.state = os.path.join(self.dir, "state.db")
-            SharedSQLiteStore(self.state, SystemClock(), ledger=False).close()  # made, migrated
-
-    def close(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def reset_live_state(cfg: Config) -> None:
-    """Open the shared SQLite file once (creating and migrating it) and empty its live
-    state."""
-    from humpyard.clock import SystemClock
-    from humpyard.store.sqlite import SharedSQLiteStore
-    assert cfg.ledger is not None and cfg.ledger.path is not None
-    store = SharedSQLiteStore(os.path.expanduser(cfg.ledger.path), SystemClock())
-    try:
-        store.reset_live()
-    finally:
-        store.close()
-
-
-def _reset_quietly(cfg: Config) -> None:
-    try:
-        reset_live_state(cfg)
-    except (HumpyardError, OSError) as e:  # the file gone or locked: it is reset at start
-        log.warning("could not empty the live state at exit: %s", e)
-
-
-def give_back(path: str, instance: str) -> None:
-    """What the dead worker ``instance`` held in the SQLite file at ``path``: its budget
-    leases and limit slots stop counting now (logged; a failure leaves them to expire)."""
-    from humpyard.clock import SystemClock
-    from humpyard.store.sqlite import SharedSQLiteStore
-    try:
-        store = SharedSQLiteStore(path, SystemClock())
-        try:
-            leases, slots = store.release_instance(instance)
-        finally:
-            store.close()
-    except (HumpyardError, OSError, sqlite3.Error) as e:
-        log.warning("could not give back what instance %s held; it counts until its lease "
-                    "expires: %s", instance, e)
-        return
-    if leases or slots:
-        log.warning("gave back instance %s's %d budget lease(s) and %d limit slot row(s)",
-                    instance, leases, slots)
-
-
 def listening_socket(host: str, port: int) -> socket.socket:
     """A bound, listening TCP socket the workers inherit."""
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -201,6 +130,8 @@ class _Worker:
     instance: str = ""  # its name in the store, new at each start
     started: float = 0.0
     backoff: float = RESTART_BACKOFF_SECS
+    beats: int | None = None  # the read end of its sign-of-life pipe (serving._beat)
+    heard: float = 0.0  # when it last wrote there (or its start plus STARTUP_SECS)
     due: float = 0.0  # when a dead worker is started again
     restarts: int = field(default=0)
 
@@ -226,13 +157,14 @@ class Supervisor:
         self._next_poll = 0.0
         self._state_file: str | None = None  # the SQLite file the workers share, if any
 
-    def _command(self, fd: int, w: _Worker) -> list[str]:
+    def _command(self, fd: int, beat: int, w: _Worker) -> list[str]:
         assert self.run_dir is not None
         state = ["--worker-state", self.run_dir.state] if self.run_dir.state else []
         return [sys.executable, "-m", "humpyard.cli", *self.argv, "serve",
                 "--config", self.config_path, "--host", self.host, "--port", str(self.port),
                 *self.serve_args, "--worker-fd", str(fd), "--worker-dir", self.run_dir.dir,
-                "--worker-index", str(w.index), "--worker-instance", w.instance, *state]
+                "--worker-index", str(w.index), "--worker-instance", w.instance,
+                "--worker-beat", str(beat), *state]
 
     def _start(self, w: _Worker) -> None:
         assert self.sock is not None
@@ -240,9 +172,19 @@ class Supervisor:
         # A session of its own: a terminal's Ctrl-C reaches the parent only, which
         # then stops each worker once (a second signal would cut its drain short).
         w.instance = f"w{w.index}-{secrets.token_hex(4)}"
-        w.proc = subprocess.Popen(self._command(fd, w), pass_fds=(fd,),
-                                  start_new_session=True)
+        beats, beat = os.pipe()
+        os.set_blocking(beats, False)
+        try:
+            w.proc = subprocess.Popen(self._command(fd, beat, w), pass_fds=(fd, beat),
+                                      start_new_session=True)
+        except BaseException:
+            os.close(beats)
+            raise
+        finally:
+            os.close(beat)
+        w.beats = beats
         w.started = time.monotonic()
+        w.heard = w.started + STARTUP_SECS
         log.info("worker %d started pid=%d instance=%s", w.index, w.proc.pid, w.instance,
                  extra={"worker": w.index, "pid": w.proc.pid})
 
@@ -286,6 +228,7 @@ class Supervisor:
                     self._reload = False
                     self._reload_all()
                 self._poll_files()
+                self._listen()
                 self._reap()
                 drain_all()  # its INFO lines (a worker started) now, not at exit
                 time.sleep(POLL_SECS)
@@ -294,7 +237,7 @@ class Supervisor:
             self.sock.close()
             self._close_run_dir()
             if backend == "sqlite":  # a console on the file shows no breakers of this run
-                _reset_quietly(cfg)  # the file the run started on (a reload keeps it)
+                reset_quietly(cfg)  # the file the run started on (a reload keeps it)
         log.info("humpyard stopped")
         return 0
 
@@ -348,6 +291,30 @@ class Supervisor:
         if self._watch.due(self.config.includes):
             self._reload_all()
 
+    def _listen(self) -> None:
+        """Note each worker's sign of life (``serving._beat``); kill one silent for
+        ``[server] worker_timeout_secs``: its event loop is stuck (or the process is
+        frozen), and the connections the kernel hands it would hang. ``_reap`` then
+        starts another as for any worker that died."""
+        assert self.config is not None
+        timeout = self.config.server.worker_timeout_secs
+        now = time.monotonic()
+        for w in self.workers:
+            if w.proc is None or w.beats is None:
+                continue
+            try:
+                if os.read(w.beats, 4096):
+                    w.heard = now
+            except BlockingIOError:
+                pass
+            if now - w.heard > timeout and w.proc.poll() is None:
+                log.error("worker %d (pid %d) has not answered for %.0f s "
+                          "([server] worker_timeout_secs): its event loop is stuck; "
+                          "killing it", w.index, w.proc.pid, now - w.heard,
+                          extra={"worker": w.index, "pid": w.proc.pid})
+                w.proc.kill()
+                w.heard = float("inf")  # killed once; _reap restarts it
+
     def _reap(self) -> None:
         now = time.monotonic()
         for w in self.workers:
@@ -361,6 +328,9 @@ class Supervisor:
                 continue
             log.error("worker %d (pid %d) exited with %s; restarting it", w.index, w.proc.pid,
                       code, extra={"worker": w.index, "pid": w.proc.pid})
+            if w.beats is not None:
+                os.close(w.beats)
+                w.beats = None
             if self._state_file is not None:
                 give_back(self._state_file, w.instance)
             if now - w.started < STABLE_SECS:

@@ -735,3 +735,34 @@ def test_a_console_on_the_file_shows_the_workers_breakers(tmp_path: Path):
         finally:
             server.stop()
             console.stop()
+
+
+def test_a_worker_whose_event_loop_stops_is_replaced(tmp_path: Path, upstream: FakeUpstream):
+    """A worker that stops answering (here frozen with SIGSTOP, as a stuck event loop
+    or a wedged process is) kept its place for ever: the parent only noticed workers
+    that exited, and the connections the kernel handed the frozen one hung. Each
+    worker now tells its parent it is alive from its event loop every second; one
+    silent for ``[server] worker_timeout_secs`` is killed and started again."""
+    cfg = write_config(tmp_path, target(upstream.url) + "[server]\nworker_timeout_secs = 3\n")
+    server = start(cfg, tmp_path)
+    try:
+        frozen = children(server.pid)[0]
+        started = server.output().count("Application startup complete")
+        os.kill(frozen, signal.SIGSTOP)
+        began = time.monotonic()
+        poll(lambda: frozen not in children(server.pid) and len(children(server.pid)) == 2,
+             timeout=30, what="the parent to replace the frozen worker")
+        took = time.monotonic() - began
+        poll(lambda: server.output().count("Application startup complete") > started,
+             what="the new worker to serve")
+        answers = spread(server.url, 16, both=True)
+        assert {r.status_code for r in answers} == {200}
+        assert len({worker_of(r.headers["x-humpyard-request-id"]) for r in answers}) == 2
+        assert "has not answered for" in server.output()
+        assert 3 <= took < 15, took
+    finally:
+        try:
+            os.kill(frozen, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        assert server.stop() == 0

@@ -15,7 +15,7 @@ import pytest
 
 from humpyard.clock import FakeClock
 from humpyard.store.sqlite import SharedSQLiteStore
-from humpyard.workers import give_back
+from humpyard.worker_state import give_back
 
 
 def test_the_dead_instances_rows_go_and_the_living_ones_stay(tmp_path: Path,

@@ -113,6 +113,7 @@ class ServerSpec:
     max_header_bytes: int = 64 * 1024
     max_connections: int | None = None
     keepalive_timeout_secs: float = 30
+    worker_timeout_secs: float = 30  # serve --workers: a worker silent this long is replaced
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,105 @@
+"""What the workers of ``serve --workers N`` share on the disk, seen from their parent.
+
+``check_shared_config`` names the store they share (a ``[ledger] path`` SQLite
+file, DynamoDB, or none: ``RunDir``'s private state file for the run);
+``RunDir`` is the run's own directory (each worker's metrics snapshot, and
+that state file); ``reset_live_state`` empties a SQLite file's breakers and
+latency at the start and end of a run; ``give_back`` frees the budget leases
+and limit slots a dead worker held in the file. The supervising itself is
+``workers.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sqlite3
+import tempfile
+
+from humpyard.config.spec import Config
+from humpyard.errors import ConfigError, HumpyardError
+
+log = logging.getLogger("humpyard.workers")
+
+
+def check_shared_config(cfg: Config) -> str:
+    """The store the workers share: ``sqlite`` (the ``[ledger] path`` file),
+    ``dynamodb`` or ``memory`` (none configured: ``RunDir``'s state file). ``ConfigError``
+    when it names a SQLite database no other process can open."""
+    from humpyard.clock import SystemClock
+    from humpyard.fleet import backend_of, check_backend, open_configured_store
+    from humpyard.store import file_on_disk
+    backend = backend_of(cfg)
+    if backend == "dynamodb":
+        check_backend(cfg)
+        open_configured_store(cfg, SystemClock()).close()  # credentials, region, tables
+        return backend
+    if backend == "memory":
+        return backend
+    path = cfg.ledger.path if cfg.ledger is not None else None
+    if not file_on_disk(path):
+        raise ConfigError(f"ledger.path: serve --workers N (N > 1) needs a file on the disk "
+                          f"that every worker opens, not {path!r}")
+    return backend
+
+
+class RunDir:
+    """The run's own directory, which only this user may enter (``mkdtemp``): each
+    worker's metrics snapshot (``metrics/sharing.py``) and, with ``state``, the workers'
+    state file when the configuration names no ledger: ``state.db``
+    (``SharedSQLiteStore`` with ``ledger=False``: shared breakers, probe leases, latency,
+    spend and limits; overrides refused and decisions capped, as one process without a
+    ledger). ``close`` removes it; a parent killed with SIGKILL leaves it behind."""
+
+    def __init__(self, *, state: bool) -> None:
+        self.dir = tempfile.mkdtemp(prefix="humpyard-workers-")  # mode 0700
+        self.state: str | None = None
+        if state:
+            from humpyard.clock import SystemClock
+            from humpyard.store.sqlite import SharedSQLiteStore
+            self.state = os.path.join(self.dir, "state.db")
+            SharedSQLiteStore(self.state, SystemClock(), ledger=False).close()  # made, migrated
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def reset_live_state(cfg: Config) -> None:
+    """Open the shared SQLite file once (creating and migrating it) and empty its live
+    state."""
+    from humpyard.clock import SystemClock
+    from humpyard.store.sqlite import SharedSQLiteStore
+    assert cfg.ledger is not None and cfg.ledger.path is not None
+    store = SharedSQLiteStore(os.path.expanduser(cfg.ledger.path), SystemClock())
+    try:
+        store.reset_live()
+    finally:
+        store.close()
+
+
+def reset_quietly(cfg: Config) -> None:
+    try:
+        reset_live_state(cfg)
+    except (HumpyardError, OSError) as e:  # the file gone or locked: it is reset at start
+        log.warning("could not empty the live state at exit: %s", e)
+
+
+def give_back(path: str, instance: str) -> None:
+    """What the dead worker ``instance`` held in the SQLite file at ``path``: its budget
+    leases and limit slots stop counting now (logged; a failure leaves them to expire)."""
+    from humpyard.clock import SystemClock
+    from humpyard.store.sqlite import SharedSQLiteStore
+    try:
+        store = SharedSQLiteStore(path, SystemClock())
+        try:
+            leases, slots = store.release_instance(instance)
+        finally:
+            store.close()
+    except (HumpyardError, OSError, sqlite3.Error) as e:
+        log.warning("could not give back what instance %s held; it counts until its lease "
+                    "expires: %s", instance, e)
+        return
+    if leases or slots:
+        log.warning("gave back instance %s's %d budget lease(s) and %d limit slot row(s)",
+                    instance, leases, slots)
