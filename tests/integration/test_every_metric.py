@@ -22,6 +22,9 @@ from humpyard.aws.env import LambdaEnv
 from humpyard.clock import FakeClock
 from humpyard.http.app import create_app
 from humpyard.metrics import GatewayMetrics, Metrics
+from tests.hostile.test_log_pipe import (
+    test_a_log_reader_that_stops_reading_stalls_no_request as log_reader_stalls,  # noqa: F401
+)
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.gateway import Running, running_gateway
 from tests.support.servers import ServerThread, closed_port_url
@@ -62,6 +65,9 @@ SCENARIOS = {
     "humpyard_translation_drops_total": "test_a_translation_that_drops_fields",
     "humpyard_client_disconnects_total": "test_a_client_that_leaves_is_counted",
     "humpyard_connections_refused_total": "test_client_connections_refused_by_serve",
+    # driven by a serve whose stderr nobody reads, in tests/hostile (imported below
+    # under a name pytest does not collect here, so it runs once)
+    "humpyard_log_lines_dropped_total": "log_reader_stalls",
     "humpyard_tokens_total": "test_usage_is_counted_by_key_route_and_target",
     "humpyard_cost_usd_total": "test_usage_is_counted_by_key_route_and_target",
     "humpyard_stream_direct_writes_total": "test_a_stream_relayed_directly_is_counted",
