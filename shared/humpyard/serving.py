@@ -37,8 +37,8 @@ log = logging.getLogger("humpyard")
 T = TypeVar("T")
 
 GC_THRESHOLDS = (10_000, 20, 100)
-BEAT_SECS = 1.0  # a worker's sign of life to its parent (``_beat``)
 """``gc.set_threshold`` while serving (Python's default: 700, 10, 10)."""
+BEAT_SECS = 1.0  # a worker's sign of life to its parent (``_beat``)
 
 _HEAD_START = b"HTTP/1.1 "
 _HEAD_END = b"\r\n\r\n"
