@@ -21,6 +21,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -66,45 +68,61 @@ def _burst(port: int, connections: int, each: int, deadline: float) -> int:
     return sum(answered)
 
 
-def test_a_log_reader_that_stops_reading_stalls_no_request(tmp_path: Path) -> None:
+@contextmanager
+def _serving_into_a_pipe(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, int]]:
+    """``humpyard serve`` with stdout and stderr on a 4 KiB pipe: the child, its URL and
+    the pipe's read end (nobody reads it unless the test does). The test stops the
+    child; one still running at the end is killed."""
     read_end, write_end = os.pipe()
     fcntl.fcntl(write_end, F_SETPIPE_SZ, 4096)
     port = free_port()
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}"}
+    url = f"http://127.0.0.1:{port}"
     with FakeUpstream() as up:
         cfg = write_config(tmp_path, up.url)
         proc = subprocess.Popen(
             [sys.executable, "-m", "humpyard.cli", "serve", "--config", str(cfg),
              "--port", str(port)], cwd=str(ROOT), env=env, stdout=write_end, stderr=write_end)
         os.close(write_end)
-        url = f"http://127.0.0.1:{port}"
         try:
-            def up_() -> bool:
+            def started() -> bool:
                 try:
                     return httpx.get(url + "/healthz", timeout=1).status_code == 200
                 except httpx.TransportError:
                     return False
-            assert wait_until(up_, 20)
-            # Nobody reads the log: 12,000 requests write ~2.7 MB of request lines.
-            answered = _burst(port, 8, 1500, time.monotonic() + 60)
-            dropped = scrape(url, "humpyard_log_lines_dropped_total")
-            # The reader comes back: the lines flow again, with word of what was lost.
-            taken: list[bytes] = []
-            reader = threading.Thread(target=lambda: _read_all(read_end, taken), daemon=True)
-            reader.start()
-            after = httpx.post(url + "/v1/chat/completions", content=BODY, timeout=10,
-                               headers={"content-type": "application/json"})
-            rid = after.headers["x-humpyard-request-id"].encode()
-            assert wait_until(lambda: rid in b"".join(taken), 10), b"".join(taken)[-2000:]
-            log = b"".join(taken)
+            assert wait_until(started, 20)
+            yield proc, url, read_end
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                code = proc.wait(30)
-            except subprocess.TimeoutExpired:
+            if proc.poll() is None:
                 proc.kill()
-                raise
-    os.close(read_end)
+                proc.wait()
+            os.close(read_end)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> tuple[int, float]:
+    """SIGTERM: the exit code and how long it took."""
+    began = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(30)
+    return code, time.monotonic() - began
+
+
+def test_a_log_reader_that_stops_reading_stalls_no_request(tmp_path: Path) -> None:
+    with _serving_into_a_pipe(tmp_path) as (proc, url, read_end):
+        port = int(url.rsplit(":", 1)[1])
+        # Nobody reads the log: 12,000 requests write ~2.7 MB of request lines.
+        answered = _burst(port, 8, 1500, time.monotonic() + 60)
+        dropped = scrape(url, "humpyard_log_lines_dropped_total")
+        # The reader comes back: the lines flow again, with word of what was lost.
+        taken: list[bytes] = []
+        reader = threading.Thread(target=lambda: _read_all(read_end, taken), daemon=True)
+        reader.start()
+        after = httpx.post(url + "/v1/chat/completions", content=BODY, timeout=10,
+                           headers={"content-type": "application/json"})
+        rid = after.headers["x-humpyard-request-id"].encode()
+        assert wait_until(lambda: rid in b"".join(taken), 10), b"".join(taken)[-2000:]
+        code, _ = _stop(proc)
+        log = b"".join(taken)
     assert answered == 12_000, answered
     assert dropped.get("") and dropped[""] > 0, dropped
     assert b"log lines were dropped" in log, log[-3000:]
@@ -115,33 +133,10 @@ def test_a_log_reader_that_stops_reading_stalls_no_request(tmp_path: Path) -> No
 
 
 def test_a_stop_does_not_wait_for_a_log_reader_that_never_reads(tmp_path: Path) -> None:
-    read_end, write_end = os.pipe()
-    fcntl.fcntl(write_end, F_SETPIPE_SZ, 4096)
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}"}
-    with FakeUpstream() as up:
-        cfg = write_config(tmp_path, up.url)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "humpyard.cli", "serve", "--config", str(cfg),
-             "--port", str(port)], cwd=str(ROOT), env=env, stdout=write_end, stderr=write_end)
-        os.close(write_end)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            def up_() -> bool:
-                try:
-                    return httpx.get(url + "/healthz", timeout=1).status_code == 200
-                except httpx.TransportError:
-                    return False
-            assert wait_until(up_, 20)
-            assert _burst(port, 4, 500, time.monotonic() + 60) == 2000
-            began = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(30)
-            took = time.monotonic() - began
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            os.close(read_end)
+    with _serving_into_a_pipe(tmp_path) as (proc, url, _):
+        # ~460 KB of lines: the queue holds them, the 4 KiB pipe does not.
+        assert _burst(int(url.rsplit(":", 1)[1]), 4, 500, time.monotonic() + 60) == 2000
+        code, took = _stop(proc)
     assert code == 0
     assert took < 15, took
 
