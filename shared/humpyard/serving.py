@@ -38,7 +38,6 @@ T = TypeVar("T")
 
 GC_THRESHOLDS = (10_000, 20, 100)
 """``gc.set_threshold`` while serving (Python's default: 700, 10, 10)."""
-BEAT_SECS = 1.0  # a worker's sign of life to its parent (``_beat``)
 
 _HEAD_START = b"HTTP/1.1 "
 _HEAD_END = b"\r\n\r\n"
@@ -208,8 +207,9 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     directory ``worker_dir`` as worker ``worker_index`` (``/metrics`` answers every
     worker's: ``metrics/sharing.py``), hold budget leases and limit slots in the file
     as ``worker_instance`` (the parent gives them back if the worker dies), write a
-    byte on the pipe ``worker_beat`` every ``BEAT_SECS`` from the event loop (the
-    parent replaces a worker silent too long), and stop when the parent is gone."""
+    byte on the pipe ``worker_beat`` every second from the event loop (the parent
+    replaces a worker silent too long), and stop when the parent is gone: the worker's
+    side of it is ``worker_side.py``."""
     import uvicorn
 
     from humpyard import telemetry
@@ -219,6 +219,13 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     from humpyard.logsink import BufferedStderr, drain_all, flush_periodically
     from humpyard.reload import Reloader
     from humpyard.store import file_on_disk
+    from humpyard.worker_side import (
+        beat,
+        shared_store,
+        snapshot_metrics,
+        stop_when_orphaned,
+        write_snapshot,
+    )
     loop = asyncio.get_running_loop()
     server: Any = None
     own_signals = stop is None
@@ -244,13 +251,13 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     if worker_fd is not None and backend != "dynamodb":
         # the SQLite file shared as live state; on DynamoDB a worker is one serve process
         from humpyard.gateway import Gateway
-        app = create_app(cfg, gateway=Gateway(cfg, _shared_store(cfg, worker_state),
+        app = create_app(cfg, gateway=Gateway(cfg, shared_store(cfg, worker_state),
                                               instance=worker_instance), surfaces=surfaces)
     elif CLIENT not in surfaces and backend == "sqlite" and file_on_disk(
             cfg.ledger.path if cfg.ledger is not None else None):
         # humpyard console: serves no requests, so it shows the breakers and latency of
         # the file (those of serve --workers on it; empty when none runs)
-        app = create_app(cfg, _shared_store(cfg, None), surfaces=surfaces)
+        app = create_app(cfg, shared_store(cfg, None), surfaces=surfaces)
     else:
         gateway = fleet.serve_gateway(cfg)
         app = create_app(cfg, gateway=gateway, surfaces=surfaces)
@@ -307,11 +314,11 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     if cfg.reload_poll_secs > 0 and published is None:  # a worker's parent watches
         tasks.append(asyncio.create_task(_poll_config(reloader, gw)))
     if worker_fd is not None:
-        tasks.append(asyncio.create_task(_stop_when_orphaned(os.getppid(), stop)))
+        tasks.append(asyncio.create_task(stop_when_orphaned(os.getppid(), stop)))
     if worker_beat is not None:
-        tasks.append(asyncio.create_task(_beat(worker_beat)))
+        tasks.append(asyncio.create_task(beat(worker_beat)))
     if shared_metrics is not None:
-        tasks.append(asyncio.create_task(_snapshot_metrics(shared_metrics)))
+        tasks.append(asyncio.create_task(snapshot_metrics(shared_metrics)))
     # What exists now lives as long as the process: keep it out of the collector's
     # scans, which otherwise walk every module and config object now and then.
     gc.collect()
@@ -331,7 +338,7 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
             await _finish_forced(server)
         gw.writer.close()  # written out already, unless the lifespan failed: a no-op
         if shared_metrics is not None:
-            _write_snapshot(shared_metrics)  # this worker's last counts
+            write_snapshot(shared_metrics)  # this worker's last counts
         if own_signals:
             log.info("humpyard stopped")
             drain_all(wait=EXIT_WAIT_SECS)
@@ -370,52 +377,6 @@ async def _finish_forced(server: Any) -> None:
 async def _exit_on(stop: asyncio.Event, server: Any) -> None:
     await stop.wait()
     server.should_exit = True
-
-
-def _shared_store(cfg: Any, private_file: str | None) -> Any:
-    from humpyard.clock import SystemClock
-    from humpyard.store import open_store
-    if private_file is not None:  # no ledger configured: the run's own file, capped
-        from humpyard.store.sqlite import SharedSQLiteStore
-        return SharedSQLiteStore(private_file, SystemClock(), ledger=False)
-    return open_store(cfg.ledger.path if cfg.ledger else None, SystemClock(), shared=True)
-
-
-async def _snapshot_metrics(shared: Any) -> None:
-    """Write a worker's metrics snapshot every ``SNAPSHOT_SECS``, off the loop."""
-    from humpyard.metrics.sharing import SNAPSHOT_SECS
-    while True:
-        await asyncio.sleep(SNAPSHOT_SECS)
-        await asyncio.to_thread(_write_snapshot, shared)
-
-
-def _write_snapshot(shared: Any) -> None:
-    try:
-        shared.write()
-    except OSError as e:  # the run's directory gone (the parent removed it): nothing to do
-        log.warning("could not write the metrics snapshot: %s", e)
-
-
-async def _stop_when_orphaned(parent: int, stop: asyncio.Event) -> None:
-    """A worker stops (gracefully) once the process that started it is gone."""
-    while os.getppid() == parent:
-        await asyncio.sleep(1.0)
-    log.warning("the parent process is gone; this worker stops")
-    stop.set()
-
-
-async def _beat(fd: int) -> None:
-    """A worker tells its parent, from its event loop, that the loop runs: a byte on
-    the pipe ``fd`` every ``BEAT_SECS`` (``workers.py`` replaces a worker silent for
-    ``[server] worker_timeout_secs``). The write never waits: a full pipe (the
-    parent not reading) or a closed one (the parent gone) is let be."""
-    os.set_blocking(fd, False)
-    while True:
-        try:
-            os.write(fd, b".")
-        except (BlockingIOError, BrokenPipeError):
-            pass
-        await asyncio.sleep(BEAT_SECS)
 
 
 async def _poll_config(reloader: object, gw: object) -> None:

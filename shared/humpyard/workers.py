@@ -47,7 +47,7 @@ The parent process serves nothing itself. It
   worker still running after ``DRAIN_SECS`` is killed).
 
 A worker writes a byte to its parent every second from its event loop
-(``serving._beat``, a pipe of its own); one silent for ``[server]
+(``worker_side.beat``, a pipe of its own); one silent for ``[server]
 worker_timeout_secs`` (its loop stuck, or the process frozen) is killed and
 started again like a worker that died, since the connections the kernel hands
 it would hang. A worker notices its parent is gone (killed with SIGKILL)
@@ -130,7 +130,7 @@ class _Worker:
     instance: str = ""  # its name in the store, new at each start
     started: float = 0.0
     backoff: float = RESTART_BACKOFF_SECS
-    beats: int | None = None  # the read end of its sign-of-life pipe (serving._beat)
+    beats: int | None = None  # the read end of its sign-of-life pipe (worker_side.beat)
     heard: float = 0.0  # when it last wrote there (or its start plus STARTUP_SECS)
     due: float = 0.0  # when a dead worker is started again
     restarts: int = field(default=0)
@@ -292,7 +292,7 @@ class Supervisor:
             self._reload_all()
 
     def _listen(self) -> None:
-        """Note each worker's sign of life (``serving._beat``); kill one silent for
+        """Note each worker's sign of life (``worker_side.beat``); kill one silent for
         ``[server] worker_timeout_secs``: its event loop is stuck (or the process is
         frozen), and the connections the kernel hands it would hang. ``_reap`` then
         starts another as for any worker that died."""
