@@ -10,13 +10,15 @@ lines at a time, and counted (``dropped``, and a counter the server registers:
 ``humpyard_log_lines_dropped_total``), so a stalled reader costs lines, never
 the event loop's time. ``wait_empty`` bounds how long an exit waits for the
 queue to drain (``EXIT_WAIT_SECS``). A file descriptor that fails (stderr
-closed: ``EPIPE``) takes nothing more; what is queued and put after is dropped
-and counted the same way.
+closed: ``EPIPE``) takes nothing more (a full one set ``O_NONBLOCK`` by whoever
+handed it over is waited for on the thread, as a blocking one is); what is
+queued and put after is dropped and counted the same way.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import threading
 from collections import deque
 from typing import Any
@@ -93,7 +95,10 @@ class FdWriter:
             try:
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(self._fd, view):]
+                    try:
+                        view = view[os.write(self._fd, view):]
+                    except BlockingIOError:  # a stderr set O_NONBLOCK: full, not gone
+                        select.select([], [self._fd], [], 1.0)
             except OSError:
                 self._fail(data)
                 continue

@@ -80,3 +80,21 @@ def test_a_closed_reader_drops_and_counts_the_rest() -> None:
     out.put("c\n")
     assert out.dropped == 3
     os.close(w)
+
+
+def test_a_non_blocking_stderr_that_fills_is_waited_for_on_the_thread() -> None:
+    """A parent may hand the process a stderr pipe set O_NONBLOCK (it is shared with
+    the parent's own descriptor): a full pipe is then EAGAIN, not a wait. That was
+    taken for a reader gone, and every line after it dropped."""
+    r, w = _pipe()
+    os.set_blocking(w, False)
+    out = FdWriter(w)
+    out.put(("z" * 99 + "\n") * 200)  # 20 KB through a 4 KB pipe
+    got = b""
+    deadline = time.monotonic() + 10
+    while got.count(b"\n") < 200 and time.monotonic() < deadline:
+        got += _read_all(r)
+        time.sleep(0.01)
+    assert got.count(b"\n") == 200 and out.dropped == 0
+    os.close(r)
+    os.close(w)
