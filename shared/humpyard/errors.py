@@ -87,6 +87,14 @@ class UnsupportedEncoding(RequestError):
         {"accept-encoding": "gzip, deflate"})
 
 
+class UnsupportedTransferCoding(RequestError):
+    """The request body comes in a transfer coding, before ``chunked``, that the
+    gateway does not undo (RFC 9112, 6.1: a 501)."""
+
+    status = 501
+    code = "unsupported_transfer_coding"
+
+
 class AuthError(HumpyardError):
     """Missing or invalid client key."""
 

@@ -113,3 +113,47 @@ def test_a_compressed_body_is_undone_within_the_limit_or_refused_by_name(
     assert zstd.status_code == 415, zstd.text
     assert zstd.headers["accept-encoding"] == "gzip, deflate"
     assert zstd.json()["error"]["code"] == "unsupported_encoding"
+
+
+def test_a_transfer_coding_before_chunked_is_undone_or_refused_by_name(
+        tmp_path: Path) -> None:
+    """``Transfer-Encoding: gzip, chunked`` on a request: the server undid the chunking
+    and the gzip body was read as JSON as it was, a 400 "request body is not valid
+    UTF-8 (byte 1)"; ``br, chunked`` got the same. A gzip or deflate transfer coding is
+    now undone as a content coding is (within ``max_body_bytes``, decoded); one the
+    gateway does not undo is a 501 naming the header (RFC 9112, 6.1), and the
+    connection serves the next request."""
+    body = json.dumps({"model": "t", "messages": [{"role": "user", "content": "hi"}]}
+                      ).encode()
+    squeeze = zlib.compressobj(9)
+    bomb = b"".join(squeeze.compress(bytes(1 << 20)) for _ in range(64)) + squeeze.flush()
+    cases = {
+        "gzip": _post("Transfer-Encoding: gzip, chunked\r\n", _chunked(gzip.compress(body))),
+        "deflate": _post("Transfer-Encoding: deflate, chunked\r\n",
+                         _chunked(zlib.compress(body))),
+        "both": _post("Content-Encoding: gzip\r\nTransfer-Encoding: deflate, chunked\r\n",
+                      _chunked(zlib.compress(gzip.compress(body)))),
+        "bomb": _post("Transfer-Encoding: deflate, chunked\r\n", _chunked(bomb)),
+        "br": _post("Transfer-Encoding: br, chunked\r\n", _chunked(body)),
+    }
+    answers = {}
+    with FakeUpstream() as up:
+        cfg = write_config(tmp_path, up.url)
+        cfg.write_text(f"max_body_bytes = {LIMIT}\n" + cfg.read_text())
+        with ServeProcess(cfg, tmp_path / "serve.log") as gw:
+            for name, request in cases.items():
+                s = connect(gw.port)
+                s.sendall(request + HEALTH)
+                answers[name] = read_answer(s, 10.0)
+                s.close()
+        calls = len(up.requests)
+
+    def statuses(name: str) -> list[bytes]:
+        return re.findall(rb"HTTP/1\.1 (\d{3}) ", answers[name])
+    for name in ("gzip", "deflate", "both"):
+        assert statuses(name) == [b"200", b"200"], (name, answers[name][:600])
+    assert calls == 3
+    assert statuses("bomb") == [b"413", b"200"], answers["bomb"][:600]
+    assert b"decoded" in answers["bomb"]
+    assert statuses("br") == [b"501", b"200"], answers["br"][:600]
+    assert b"transfer-encoding" in answers["br"] and b"br" in answers["br"]

@@ -14,7 +14,13 @@ from starlette.requests import Request
 from starlette.types import Receive
 
 from humpyard import jsonfast
-from humpyard.errors import BodyTimeout, PayloadTooLarge, RequestError, UnsupportedEncoding
+from humpyard.errors import (
+    BodyTimeout,
+    PayloadTooLarge,
+    RequestError,
+    UnsupportedEncoding,
+    UnsupportedTransferCoding,
+)
 from humpyard.upstream.encoding import Decoder, decoder_for
 
 MAX_JSON_DEPTH = 64
@@ -47,7 +53,8 @@ async def read_json(request: Request, limit: int) -> Any:
     """The body parsed as JSON; 413 past ``limit`` bytes, 400 naming what is wrong."""
     headers = request.headers
     return await receive_json(request.receive, headers.get("content-length"), limit,
-                              headers.get("content-encoding"))
+                              body_coding(headers.get("content-encoding"),
+                                          headers.get("transfer-encoding")))
 
 
 async def receive_json(receive: Receive, length: str | None, limit: int,
@@ -82,12 +89,32 @@ async def receive_json(receive: Receive, length: str | None, limit: int,
     return parse_json(chunks[0] if len(chunks) == 1 else b"".join(chunks))
 
 
+_UNDONE = ("gzip", "x-gzip", "deflate", "identity", "")
+
+
+def body_coding(content_encoding: str | None, transfer_encoding: str | None) -> str | None:
+    """The codings a request body still has once the server has read it, in the order
+    they were applied: its ``Content-Encoding``, then the transfer codings before the
+    final ``chunked`` (the server undoes the chunking alone; a ``Transfer-Encoding``
+    whose last coding is not ``chunked`` never reaches here: the parser refuses it).
+    A transfer coding the gateway does not undo is a 501 naming it (RFC 9112, 6.1)."""
+    if not transfer_encoding or "," not in transfer_encoding:
+        return content_encoding  # absent or plain "chunked": the hot path
+    codings = [c.strip() for c in transfer_encoding.lower().split(",")][:-1]
+    for name in codings:
+        if name not in _UNDONE:
+            raise UnsupportedTransferCoding(
+                f"transfer-encoding: {name[:32]} is not undone here; a request body may "
+                "come chunked, and before that in gzip or deflate")
+    return ", ".join(c for c in (content_encoding, *codings) if c) or None
+
+
 def body_decoder(coding: str) -> Decoder | None:
     """A decoder for a request's ``Content-Encoding`` (None: identity), or a 415 for
     a coding the gateway does not undo (``upstream/encoding.py`` leaves br and zstd
     as they are, which for a request body would be a JSON error further on)."""
     for name in coding.lower().split(","):
-        if name.strip() not in ("gzip", "x-gzip", "deflate", "identity", ""):
+        if name.strip() not in _UNDONE:
             raise UnsupportedEncoding(
                 "content-encoding: the request body may be sent as it is, or in gzip "
                 "or deflate")
@@ -118,7 +145,7 @@ async def _receive_decoded(receive: Receive, decoder: Decoder, limit: int) -> by
                 chunks.append(out)
         except zlib.error:
             raise RequestError("request body: it does not decode as its "
-                               "content-encoding says") from None
+                               "content-encoding (or transfer-encoding) says") from None
     return b"".join(chunks)
 
 

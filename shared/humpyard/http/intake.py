@@ -33,7 +33,7 @@ from humpyard.config.spec import Config
 from humpyard.errors import HumpyardError
 from humpyard.executor.direct import Relay
 from humpyard.flow import serve
-from humpyard.http.body import header_dict, receive_json
+from humpyard.http.body import body_coding, header_dict, receive_json
 from humpyard.http.errors import error_reply, internal_reply
 from humpyard.http.reply import (
     HEARTBEAT,
@@ -126,7 +126,8 @@ async def take(gw: RequestServices, protocol: ClientProtocol, scope: Scope, rece
             call.key = authenticate(call.config.keys, call.headers)
             body = await receive_json(receive, call.headers.get("content-length"),
                                       call.config.max_body_bytes,
-                                      call.headers.get("content-encoding"))
+                                      body_coding(call.headers.get("content-encoding"),
+                                                  call.headers.get("transfer-encoding")))
             if protocol.prepare is not None:
                 body, call.headers = protocol.prepare(body, scope, call.headers)
             if isinstance(body, dict):

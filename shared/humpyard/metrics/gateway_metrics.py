@@ -60,7 +60,7 @@ class GatewayMetrics:
       ``error`` (the store refused or failed the write). See docs/operations.md.
     - ``refused`` → ``humpyard_refused_total{reason}`` counter: requests refused before
       routing, by the error's code (``invalid_api_key``, ``invalid_request``,
-      ``payload_too_large``, ``unsupported_encoding``,
+      ``payload_too_large``, ``unsupported_encoding``, ``unsupported_transfer_coding``,
       ``headers_too_large``, ``client_closed``, ``not_found``
       for a path nothing serves, ``forbidden`` for an admin event without an IAM
       caller in Lambda); at most ``refused_per_minute`` of them are written to the
