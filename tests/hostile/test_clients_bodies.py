@@ -43,6 +43,24 @@ def _chunked(payload: bytes, size: int = 100_000) -> bytes:
     return b"".join(f"{len(p):x}\r\n".encode() + p + b"\r\n" for p in pieces) + b"0\r\n\r\n"
 
 
+def _each_then_health(tmp_path: Path, up: FakeUpstream, cases: dict[str, bytes]
+                      ) -> tuple[dict[str, bytes], str, int]:
+    """Each raw request, then ``GET /v1/health`` on its connection, against a ``serve``
+    with ``max_body_bytes = LIMIT``: what each connection got, the refused-connections
+    series, and how many calls reached the upstream."""
+    answers = {}
+    cfg = write_config(tmp_path, up.url)
+    cfg.write_text(f"max_body_bytes = {LIMIT}\n" + cfg.read_text())
+    with ServeProcess(cfg, tmp_path / "serve.log") as gw:
+        for name, request in cases.items():
+            s = connect(gw.port)
+            s.sendall(request + HEALTH)
+            answers[name] = read_answer(s, 10.0)
+            s.close()
+        series = scrape(gw.url, "humpyard_connections_refused_total")
+    return answers, series, len(up.requests)
+
+
 def test_a_body_over_the_limit_gets_one_answer_and_the_connection_goes_on(
         tmp_path: Path) -> None:
     filler = json.dumps({"model": "t", "messages": [
@@ -51,17 +69,8 @@ def test_a_body_over_the_limit_gets_one_answer_and_the_connection_goes_on(
         "content-length": _post(f"Content-Length: {len(filler)}\r\n", filler),
         "chunked": _post("Transfer-Encoding: chunked\r\n", _chunked(filler)),
     }
-    answers = {}
     with FakeUpstream() as up:
-        cfg = write_config(tmp_path, up.url)
-        cfg.write_text(f"max_body_bytes = {LIMIT}\n" + cfg.read_text())
-        with ServeProcess(cfg, tmp_path / "serve.log") as gw:
-            for name, request in cases.items():
-                s = connect(gw.port)
-                s.sendall(request + HEALTH)
-                answers[name] = read_answer(s, 10.0)
-                s.close()
-            series = scrape(gw.url, "humpyard_connections_refused_total")
+        answers, series, _ = _each_then_health(tmp_path, up, cases)
     for name, answer in answers.items():
         statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", answer)
         assert statuses == [b"413", b"200"], (name, answer[:600])
@@ -136,17 +145,8 @@ def test_a_transfer_coding_before_chunked_is_undone_or_refused_by_name(
         "bomb": _post("Transfer-Encoding: deflate, chunked\r\n", _chunked(bomb)),
         "br": _post("Transfer-Encoding: br, chunked\r\n", _chunked(body)),
     }
-    answers = {}
     with FakeUpstream() as up:
-        cfg = write_config(tmp_path, up.url)
-        cfg.write_text(f"max_body_bytes = {LIMIT}\n" + cfg.read_text())
-        with ServeProcess(cfg, tmp_path / "serve.log") as gw:
-            for name, request in cases.items():
-                s = connect(gw.port)
-                s.sendall(request + HEALTH)
-                answers[name] = read_answer(s, 10.0)
-                s.close()
-        calls = len(up.requests)
+        answers, _, calls = _each_then_health(tmp_path, up, cases)
 
     def statuses(name: str) -> list[bytes]:
         return re.findall(rb"HTTP/1\.1 (\d{3}) ", answers[name])
