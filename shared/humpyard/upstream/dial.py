@@ -19,7 +19,6 @@ import ipaddress
 import os
 import socket
 import ssl
-from asyncio.staggered import staggered_race
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -110,34 +109,65 @@ async def _open_socket(host: str, port: int) -> socket.socket:
     if not infos:
         raise socket.gaierror(socket.EAI_NONAME, "no address")
     addrs = _interleave(infos)
-    if len(addrs) == 1:  # nothing to race: no tasks, and nothing left for the collector
+    if len(addrs) == 1:  # nothing to race: no tasks at all
         return await _connect(loop, addrs[0])
-    made: list[socket.socket] = []  # connected, to close all but the winner
+    return await _race(loop, addrs)
 
-    async def attempt(info: tuple) -> socket.socket:  # type: ignore[type-arg]
-        sock = await _connect(loop, info)
-        made.append(sock)
-        return sock
 
-    fns: list[Callable[[], object]] = [lambda i=i: attempt(i) for i in addrs]  # type: ignore[misc]
+async def _race(loop: asyncio.AbstractEventLoop, addrs: list) -> socket.socket:  # type: ignore[type-arg]
+    """RFC 8305's race: an attempt per address, the next started ``EYEBALLS_DELAY``
+    after the last unless one failed first; the first connected socket wins and
+    every other attempt is cancelled (``_connect`` closes its socket) or, if it
+    connected too, closed. Not ``asyncio.staggered``: its closures and tasks hold
+    each other, so every raced dial left them for the collector (ADR 0030). Here
+    no attempt refers back to this frame, and the failure raised when every
+    address failed is held by nothing here once raised."""
+    pending: set[asyncio.Task[socket.socket]] = set()
+    failures: list[BaseException] = []
+    rest = iter(addrs)
     try:
-        sock, _, failed = await staggered_race(fns, EYEBALLS_DELAY)  # type: ignore[arg-type]
-    except BaseException:  # cancelled: a socket that connected meanwhile is not leaked
-        for s in made:
-            s.close()
-        raise
-    for s in made:
-        if s is not sock:
-            s.close()
-    if sock is None:
-        raise _pick([e for e in failed if e is not None])
-    return sock  # type: ignore[no-any-return]
+        while True:
+            info = next(rest, None)
+            if info is not None:
+                pending.add(loop.create_task(_connect(loop, info)))
+            elif not pending:
+                break
+            done, pending = await asyncio.wait(
+                pending, timeout=EYEBALLS_DELAY if info is not None else None,
+                return_when=asyncio.FIRST_COMPLETED)
+            won = _settle(done, failures)
+            del done
+            if won is not None:
+                return won
+    finally:
+        for task in pending:
+            task.cancel()
+        del pending
+    raise _pick(failures)
+
+
+def _settle(done: set[asyncio.Task[socket.socket]], failures: list[BaseException]
+            ) -> socket.socket | None:
+    """The first connected socket among finished attempts (any other one connected
+    is closed); the failures of the rest go to ``failures``."""
+    won = None
+    for task in done:
+        if task.cancelled():  # not by this race; nothing to keep
+            continue
+        error = task.exception()
+        if error is not None:
+            failures.append(error)
+        elif won is None:
+            won = task.result()
+        else:
+            task.result().close()
+    return won
 
 
 async def _connect(loop: asyncio.AbstractEventLoop, info: tuple) -> socket.socket:  # type: ignore[type-arg]
     """One address, connected; the socket is closed if that fails or is cancelled.
-    Its failure refers to nothing that refers back to it, so a refused one-address
-    dial leaves no reference cycle either (the race's own attempts still do)."""
+    Its failure refers to nothing that refers back to it, so a refused dial leaves
+    no reference cycle."""
     family, type_, proto, _, address = info
     sock = socket.socket(family, type_, proto)
     try:
@@ -173,11 +203,14 @@ def _interleave(infos: list) -> list:  # type: ignore[type-arg]
 
 def _pick(errors: list[BaseException]) -> BaseException:
     """The failure to report when every address failed: a refusal if all refused, else
-    the first that is not one (it says more), else the first."""
+    the first that is not one (it says more), else the first. ``errors`` is emptied,
+    so the frame that raises the one picked holds none of them."""
     if not errors:
         return OSError(errno.ECONNREFUSED, "no address could be tried")
     others = [e for e in errors if not isinstance(e, ConnectionRefusedError)]
-    return others[0] if others else errors[0]
+    picked = others[0] if others else errors[0]
+    errors.clear()
+    return picked
 
 
 async def dial(origin: Origin, timeout: float | None,

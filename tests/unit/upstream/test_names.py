@@ -7,10 +7,13 @@ that need a name to resolve somewhere replace it on the running loop.
 from __future__ import annotations
 
 import asyncio
+import collections
 import errno
+import gc
 import os
 import socket
 import time
+import types
 from typing import Any
 
 import pytest
@@ -149,3 +152,102 @@ def test_when_every_address_fails_the_failure_names_the_most_telling(
             await client.aclose()
     failure = asyncio.run(main())
     assert type(failure) is want, failure
+
+
+def _blackhole() -> tuple[socket.socket, list[socket.socket]]:
+    """A listener on 127.0.0.2 whose accept queue is full: a connection to it gets no
+    answer to its handshake (the SYN is dropped), so the attempt neither fails nor
+    succeeds until it is cancelled."""
+    hole = socket.socket()
+    hole.bind(("127.0.0.2", 0))
+    hole.listen(0)
+    fillers = []
+    for _ in range(4):
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.connect(hole.getsockname())
+        except BlockingIOError:
+            pass
+        fillers.append(s)
+    return hole, fillers
+
+
+@pytest.mark.parametrize("first", ["refused", "silent", "both_refused", "cut_short"])
+def test_a_raced_dial_leaves_nothing_for_the_collector(first: str) -> None:
+    """A name with two addresses, dialled anew for every call (``connection: close``):
+    the first address refuses, never answers (the second is tried after the Happy
+    Eyeballs delay and wins), or both refuse (the call fails), or the connect
+    timeout cuts the race short while the first is still silent. The race ran on
+    ``asyncio.staggered``, whose closures and tasks hold each other: every such
+    dial left its tasks, coroutines, futures and cancellations for the collector
+    (ADR 0030). A collection that keeps what it finds (``gc.DEBUG_SAVEALL``) after
+    the calls must find none of them, nor any exception or frame of the gateway's."""
+    answer = (b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok")
+    hole, fillers = _blackhole() if first in ("silent", "cut_short") else (None, [])
+    with RawServer([answer]) as srv:
+        good = srv.port
+        if first == "both_refused":
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            good = s.getsockname()[1]
+            s.close()  # nothing listens there
+        port = hole.getsockname()[1] if hole is not None else srv.port
+
+        async def main() -> list[object]:
+            loop = asyncio.get_running_loop()
+            orig = loop.sock_connect
+
+            async def connect(sock: socket.socket, address: Any) -> None:
+                if address[0] == "127.0.0.1":  # the good address, on the server's port
+                    address = (address[0], good)
+                await orig(sock, address)
+            loop.sock_connect = connect  # type: ignore[method-assign]
+            loop.getaddrinfo = resolve_to({"dual.example": [  # type: ignore[method-assign]
+                (socket.AF_INET, "127.0.0.2"), (socket.AF_INET, "127.0.0.1")]})
+            client = UpstreamClient()
+            p = ProviderSpec(name="p", base_url=f"http://dual.example:{port}/v1",
+                             timeout_secs=5,
+                             connect_timeout_secs=0.05 if first == "cut_short" else 5)
+
+            async def one() -> None:
+                if first in ("both_refused", "cut_short"):
+                    want = E.ConnectRefused if first == "both_refused" else E.ConnectTimeout
+                    with pytest.raises(want):
+                        await client.open(p, "/x", b"{}")
+                    return
+                resp = await client.open(p, "/x", b"{}")
+                try:
+                    assert await resp.read() == b"ok"
+                finally:
+                    await resp.aclose()
+            try:
+                await one()  # the client's own first-use objects
+                gc.collect()
+                gc.set_debug(gc.DEBUG_SAVEALL)
+                try:
+                    for _ in range(4):
+                        await one()
+                    await asyncio.sleep(0)  # the cancelled attempts finish
+                    gc.collect()
+                    return list(gc.garbage)
+                finally:
+                    gc.set_debug(0)
+                    gc.garbage.clear()
+            finally:
+                await client.aclose()
+        try:
+            garbage = asyncio.run(main())
+        finally:
+            for s in fillers:
+                s.close()
+            if hole is not None:
+                hole.close()
+    left = collections.Counter(
+        type(o).__name__ for o in garbage
+        if isinstance(o, BaseException | asyncio.Future)
+        or type(o).__name__ in ("coroutine", "TimerHandle", "Context")
+        or (isinstance(o, types.FrameType) and "humpyard" in o.f_code.co_filename))
+    assert not left, f"left for the collector: {dict(left)}"
+    if first in ("refused", "silent"):
+        assert len(srv.requests) == 5
