@@ -93,6 +93,7 @@ STARTUP_SECS = 30.0  # a new worker's allowance, beyond the timeout, before its 
 DRAIN_SECS = 60.0
 BACKLOG = 2048
 POLL_SECS = 0.05
+PARENT_GAP_SECS = 1.0  # the parent's own loop silent this long: it was stopped itself
 MAX_WORKERS = 256
 
 
@@ -153,6 +154,7 @@ class Supervisor:
         self.run_dir: RunDir | None = None
         self.config: Config | None = None  # the last one checked and published
         self._generation = 0
+        self._listened = time.monotonic()  # when ``_listen`` last ran
         self._watch = FileWatch(config_path)  # reload_poll_secs: the parent watches
         self._next_poll = 0.0
         self._state_file: str | None = None  # the SQLite file the workers share, if any
@@ -222,6 +224,7 @@ class Supervisor:
                  self.host, self.sock.getsockname()[1], len(self.workers), self.config_path)
         for w in self.workers:
             self._start(w)
+        self._listened = time.monotonic()
         try:
             while not self._stopping:
                 if self._reload:
@@ -299,6 +302,13 @@ class Supervisor:
         assert self.config is not None
         timeout = self.config.server.worker_timeout_secs
         now = time.monotonic()
+        gap, self._listened = now - self._listened, now
+        if gap > PARENT_GAP_SECS:
+            # The parent was not running (stopped or frozen with its workers, as in a
+            # paused container): that time is nobody's silence. Without this, a parent
+            # thawed before its workers killed every one of them.
+            for w in self.workers:
+                w.heard += gap
         for w in self.workers:
             if w.proc is None or w.beats is None:
                 continue

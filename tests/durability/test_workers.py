@@ -25,6 +25,7 @@ apart by its request ids, whose prefix is drawn per process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -769,4 +770,37 @@ def test_a_worker_whose_event_loop_stops_is_replaced(tmp_path: Path, upstream: F
             os.kill(frozen, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        assert server.stop() == 0
+
+
+def test_a_frozen_parent_does_not_take_its_workers_for_stuck(tmp_path: Path,
+                                                            upstream: FakeUpstream):
+    """The parent and its workers frozen together (a paused container, a stopped
+    process group) for longer than ``worker_timeout_secs``, then thawed parent first:
+    the parent counted the time it was frozen itself as the workers' silence and
+    killed every one of them. Only the time the parent was running counts now."""
+    cfg = write_config(tmp_path, target(upstream.url) + "[server]\nworker_timeout_secs = 2\n")
+    server = start(cfg, tmp_path)
+    try:
+        first = spread(server.url, 16, both=True)  # both serve, so both beat
+        assert len({worker_of(r.headers["x-humpyard-request-id"]) for r in first}) == 2
+        workers = children(server.pid)
+        everyone = [server.pid, *workers]
+        for pid in everyone:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(4)  # frozen: past the timeout
+        os.kill(server.pid, signal.SIGCONT)
+        time.sleep(0.5)  # the parent runs before its workers do
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):  # the parent killed it
+                os.kill(pid, signal.SIGCONT)
+        answers = spread(server.url, 16, both=True)
+        assert {r.status_code for r in answers} == {200}
+        time.sleep(3)  # past another timeout: nothing is replaced once all run again
+        assert children(server.pid) == workers
+        assert "has not answered for" not in server.output()
+    finally:
+        for pid in everyone:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
         assert server.stop() == 0
