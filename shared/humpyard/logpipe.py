@@ -5,8 +5,9 @@ shipper, a terminal paused with Ctrl-S), and a pipe whose reader stops taking
 lines blocks the writer once its buffer (64 KiB) is full. ``BufferedStderr``
 (``logsink.py``) hands whole lines to ``FdWriter.put``, which queues them and
 returns at once; one daemon thread writes the queue to the file descriptor. The
-queue holds at most ``QUEUE_BYTES``: text that does not fit is dropped, whole
-lines at a time, and counted (``dropped``, and a counter the server registers:
+queue holds at most ``QUEUE_BYTES`` (or one larger put, when nothing else
+waits): text that does not fit is dropped, whole lines at a time, and counted
+(``dropped``, and a counter the server registers:
 ``humpyard_log_lines_dropped_total``), so a stalled reader costs lines, never
 the event loop's time. ``wait_empty`` bounds how long an exit waits for the
 queue to drain (``EXIT_WAIT_SECS``). A file descriptor that fails (stderr
@@ -52,7 +53,9 @@ class FdWriter:
         for the reader."""
         data = text.encode("utf-8", "backslashreplace")
         with self._cond:
-            if self._failed or self._queued + len(data) > self._bound:
+            # Past the bound only with something already waiting: one put larger than
+            # the whole queue (a long traceback) still goes out when nothing is ahead.
+            if self._failed or (self._queued and self._queued + len(data) > self._bound):
                 lost = data.count(b"\n")
                 self.dropped += lost
                 self._unreported += lost

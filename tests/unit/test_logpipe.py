@@ -98,3 +98,24 @@ def test_a_non_blocking_stderr_that_fills_is_waited_for_on_the_thread() -> None:
     assert got.count(b"\n") == 200 and out.dropped == 0
     os.close(r)
     os.close(w)
+
+
+def test_a_line_longer_than_the_queue_goes_out_when_nothing_waits() -> None:
+    """One put larger than the whole queue (a long traceback, a large record) was
+    dropped even with the queue empty and the reader keeping up; it now goes out
+    whole when nothing else is waiting, and only then: a second one behind it,
+    while the first is still queued, is dropped and counted as before."""
+    r, w = _pipe(1 << 16)
+    out = FdWriter(w, bound=4096)
+    big = ("y" * 9_999 + "\n") * 10  # 100 KB: 25 times the queue's bound
+    out.put(big)
+    out.put(big)  # the first is still being written (a 64 KB pipe nobody read yet)
+    got = b""
+    deadline = time.monotonic() + 10
+    while not out.wait_empty(0.05) and time.monotonic() < deadline:
+        got += _read_all(r)
+    got += _read_all(r)
+    assert got == big.encode()
+    assert out.dropped == 10
+    os.close(r)
+    os.close(w)
