@@ -78,6 +78,7 @@ class _Book:
     pending: float = 0.0  # settled cost not written yet
     since: float | None = None  # clock time of the oldest pending cost
     written: float = 0.0  # when the lease was last written (renewed)
+    tried: float = 0.0  # when a write of it was last attempted, written or failed
     last_use: float = 0.0
     holders: int = 1
     committed: float = 0.0  # spend + every live lease, at the last write
@@ -156,10 +157,16 @@ class Leases:
         return book
 
     def reserve_now(self, key_id: str, period: str, limit: float, usd: float) -> bool:
-        """Reserve ``usd`` from the lease already held, without a store call."""
+        """Reserve ``usd`` from the lease already held, without a store call; never from
+        one that lapsed (``_lapsed``: the store may have let it go and others taken its
+        room, as for a Lambda instance thawed after minutes frozen), which ``take``
+        writes again first."""
+        now = self.clock.now()
         with self._lock:
             book = self._book(key_id, period, limit)
-            book.last_use = self.clock.now()
+            book.last_use = now
+            if self._lapsed(book, now):
+                return False
             if book.available() + 1e-12 >= usd:
                 book.used += usd
                 return True
@@ -174,7 +181,9 @@ class Leases:
                 return True
             with self._lock:
                 book = self._book(key_id, period, limit)
-                need = max(usd - book.available(), 1e-9)
+                # a lapsed lease may be gone: ask for the whole request, not the rest
+                need = usd if self._lapsed(book, self.clock.now()) \
+                    else max(usd - book.available(), 1e-9)
                 known = bool(book.written)
             try:
                 granted = False
@@ -198,6 +207,13 @@ class Leases:
             if not granted:
                 return False
         return self.reserve_now(key_id, period, limit, usd)
+
+    def _lapsed(self, book: _Book, now: float) -> bool:
+        """A lease held and not even tried for ``lease_secs`` (the instance was frozen or
+        stopped): the store may have let it go. One whose writes fail meanwhile (the
+        store down) has not lapsed: the instance goes on on its own view, as ``take``
+        does when the store cannot be reached, rather than wait for it each request."""
+        return book.held > 0 and now - book.tried >= self.lease_secs
 
     def _slice(self, key_id: str, period: str, need: float) -> tuple[float, float]:
         """A slice for the key and the room it must leave for the other holders: at most
@@ -256,7 +272,7 @@ class Leases:
                 spent = book.pending
                 held = 0.0 if give_back else max(0.0, book.held - spent)
                 limit = book.limit
-            now = self.clock.now()
+                now = book.tried = self.clock.now()
             try:
                 answer = self.store.lease_budget(key_id, period, self.instance, limit=limit,
                                                  spent=spent, held=held, want=want, now=now,

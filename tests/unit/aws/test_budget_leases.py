@@ -163,3 +163,61 @@ def test_one_budgeted_key_at_1000_requests_per_second_heats_no_item(
     assert hottest <= BOUND, table
     spend = sum(w.units for w in writes.writes if w.partition == "spend#k0")
     assert 0 < spend / REQUESTS * RATE <= BOUND, table
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_thawed_instance_does_not_reserve_from_a_lease_that_expired(
+        kind: str, tmp_path: Path) -> None:
+    """A Lambda instance frozen between invocations (or a stopped process) for longer
+    than its lease: the store let the lease go and another instance took the room,
+    yet the thawed instance reserved its next requests from the slice it still had in
+    mind, with no store call, spending past the budget. A lease not written for
+    ``lease_secs`` is now taken again through the store before it is reserved from."""
+    clock = FakeClock()
+    period = "day:2026-12-02"
+    with stores(kind, tmp_path, clock) as (sa, sb):
+        a, b = Leases(sa, clock, instance="a"), Leases(sb, clock, instance="b")
+        a.inline = b.inline = True
+
+        async def run() -> None:
+            assert await a.take("k", period, 1.0, 0.05)  # a holds a slice of 0.05
+            a.unreserve("k", period, 0.05)  # its request ended: the slice is free again
+            assert a.held() == {("k", period): pytest.approx(0.05)}
+            clock.advance(121)  # a frozen: no tick, no write; its lease expires
+            for _ in range(20):  # b takes the whole budget, a's room included
+                assert await b.take("k", period, 1.0, 0.05)
+            # a thaws: nothing is left anywhere, its old slice included
+            assert not await a.take("k", period, 1.0, 0.05)
+            assert a.held() == {}  # the store's answer: the lease is gone
+        asyncio.run(run())
+
+
+def test_a_lease_whose_renewals_fail_is_still_reserved_from_without_a_store_call(
+        tmp_path: Path) -> None:
+    """The other side of the thawed instance: a long-lived process whose store is down
+    keeps trying to renew its lease (``tick``) and keeps reserving from it on its own
+    view, past ``lease_secs``, instead of waiting for the store on every request."""
+    from tests.faults.test_store import BrokenWrites
+    clock = FakeClock()
+    period = "day:2026-12-02"
+    store = SQLiteStore(str(tmp_path / "ledger.db"), clock)
+    try:
+        leases = Leases(store, clock, instance="a")
+        leases.inline = True
+
+        async def run() -> None:
+            assert await leases.take("k", period, 1.0, 0.05)
+            assert await leases.take("k", period, 1.0, 0.05)  # a slice of 0.1 now
+            leases.unreserve("k", period, 0.1)
+            broken = BrokenWrites(store)
+            leases.store = broken  # the store goes down
+            for _ in range(15):  # 150 s: past lease_secs, the tick trying every 10 s
+                clock.advance(10)
+                leases.tick()
+            tried = len(broken.failed)
+            assert tried > 0
+            assert leases.reserve_now("k", period, 1.0, 0.05)  # its own view
+            assert len(broken.failed) == tried  # and no store call for it
+        asyncio.run(run())
+    finally:
+        store.close()
