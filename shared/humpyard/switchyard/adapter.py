@@ -28,7 +28,7 @@ that reply in one piece. When the verdict latches the session, the reply is
 discarded and ``selected`` names the capable tier, which streams normally.
 
 Session state lives in the algorithm objects this router holds: per
-process, so per Lambda instance in AWS.
+process, so per Lambda instance in AWS, and bounded (``generations.py``).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from humpyard.config.spec import RouteSpec
 from humpyard.errors import NoEligibleTarget, UpstreamError
 from humpyard.switchyard import native
 from humpyard.switchyard.categories import ANSWERING, Categories, decode, targets
+from humpyard.switchyard.generations import SESSIONS_KEPT, Generations
 from humpyard.switchyard.neutral import (
     completion_to_neutral,
     neutral_to_completion,
@@ -91,11 +92,13 @@ class TieredRouter:
     """One per gateway process; holds Switchyard algorithm instances per route.
 
     The instances carry Switchyard's session state, so that state is per
-    process (per Lambda instance in AWS).
+    process (per Lambda instance in AWS), at most two generations of
+    ``sessions_kept`` sessions per route (``generations.py``).
     """
 
-    def __init__(self) -> None:
-        self._algorithms: dict[str, tuple[native.AlgorithmSpec, Any]] = {}
+    def __init__(self, *, sessions_kept: int = SESSIONS_KEPT) -> None:
+        self.sessions_kept = sessions_kept
+        self._algorithms: dict[str, tuple[native.AlgorithmSpec, Generations]] = {}
 
     def forget_routes(self, keep: set[str]) -> None:
         """Drop the algorithms (and session state) of every route not in ``keep``.
@@ -122,15 +125,16 @@ class TieredRouter:
             raise NoEligibleTarget(f"route {route.name!r}: no eligible target")
         libsy = native.load()
         run = _Run(libsy, spec, cats, body, call_target, route.fallback_on)
-        return await run.drive(self._algorithm(route.name, spec, libsy),
+        return await run.drive(self._algorithm(route.name, spec, libsy, session_id),
                                switchyard_headers(headers, session_id))
 
-    def _algorithm(self, name: str, spec: native.AlgorithmSpec, libsy: Any) -> Any:
+    def _algorithm(self, name: str, spec: native.AlgorithmSpec, libsy: Any,
+                   session_id: str | None) -> Any:
         held = self._algorithms.get(name)
         if held is None or held[0] != spec:
-            held = (spec, spec.build(libsy))
+            held = (spec, Generations(lambda: spec.build(libsy), self.sessions_kept))
             self._algorithms[name] = held
-        return held[1]
+        return held[1].for_session(session_id)
 
 
 def switchyard_headers(headers: Mapping[str, str], session_id: str | None) -> dict[str, str]:
