@@ -141,7 +141,12 @@ async def _race(loop: asyncio.AbstractEventLoop, addrs: list) -> socket.socket: 
                 return won
     finally:
         for task in pending:
-            task.cancel()
+            if task.cancel() or task.cancelled():
+                continue
+            # It finished as the race was cut short from outside (wait never returned
+            # it): its failure is taken, its connected socket closed.
+            if task.exception() is None:
+                task.result().close()
         del pending
     raise _pick(failures)
 
