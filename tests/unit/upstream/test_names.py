@@ -74,22 +74,30 @@ def test_an_ipv6_literal() -> None:
         assert b"\r\nHost: [::1]:%d\r\n" % srv.port in srv.requests[0]
 
 
+def _blackhole() -> tuple[socket.socket, list[socket.socket]]:
+    """A listener on 127.0.0.2 whose accept queue is full: a connection to it gets no
+    answer to its handshake (the SYN is dropped), so the attempt neither fails nor
+    succeeds until it is cancelled."""
+    hole = socket.socket()
+    hole.bind(("127.0.0.2", 0))
+    hole.listen(0)
+    fillers = []
+    for _ in range(4):
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.connect(hole.getsockname())
+        except BlockingIOError:
+            pass
+        fillers.append(s)
+    return hole, fillers
+
+
 def test_happy_eyeballs_moves_on_from_an_address_that_does_not_answer() -> None:
     """The first address takes the connection and never answers the TCP handshake
     (its accept queue is full); the second answers at once."""
-    blackhole = socket.socket()
-    blackhole.bind(("127.0.0.2", 0))
-    blackhole.listen(0)
-    fillers = []
+    blackhole, fillers = _blackhole()
     try:
-        for _ in range(4):  # fill the accept queue: more SYNs are dropped
-            s = socket.socket()
-            s.setblocking(False)
-            try:
-                s.connect(blackhole.getsockname())
-            except BlockingIOError:
-                pass
-            fillers.append(s)
         with RawServer([OK]) as srv:
             port = blackhole.getsockname()[1]
 
@@ -152,25 +160,6 @@ def test_when_every_address_fails_the_failure_names_the_most_telling(
             await client.aclose()
     failure = asyncio.run(main())
     assert type(failure) is want, failure
-
-
-def _blackhole() -> tuple[socket.socket, list[socket.socket]]:
-    """A listener on 127.0.0.2 whose accept queue is full: a connection to it gets no
-    answer to its handshake (the SYN is dropped), so the attempt neither fails nor
-    succeeds until it is cancelled."""
-    hole = socket.socket()
-    hole.bind(("127.0.0.2", 0))
-    hole.listen(0)
-    fillers = []
-    for _ in range(4):
-        s = socket.socket()
-        s.setblocking(False)
-        try:
-            s.connect(hole.getsockname())
-        except BlockingIOError:
-            pass
-        fillers.append(s)
-    return hole, fillers
 
 
 @pytest.mark.parametrize("first", ["refused", "silent", "both_refused", "cut_short"])
