@@ -297,7 +297,12 @@ def test_override_expiry_cannot_be_infinite(gw):
     ("/v1/stats?window_secs=-5", "window_secs: must be positive"),
     ("/v1/decisions?since=inf", "since: must be a finite number"),
     ("/v1/quota/history?since=nan", "since: must be a finite number"),
-    ("/v1/decisions?limit=" + "9" * 5000, "limit and since must be numbers"),
+    ("/v1/decisions?limit=" + "9" * 5000, "limit: must be a whole number from 1 to 1000"),
+    # Each field named on its own ("limit and since must be numbers" named both).
+    ("/v1/decisions?limit=1e400", "limit: must be a whole number from 1 to 1000, got '1e400'"),
+    ("/v1/decisions?since=abc", "since: must be a number, got 'abc'"),
+    ("/v1/quota/history?limit=ten", "limit: must be a whole number from 1 to 5000"),
+    ("/v1/quota/history?since=yesterday", "since: must be a number, got 'yesterday'"),
 ])
 def test_absurd_query_numbers_are_400(gw, query, contains):
     async def go() -> httpx.Response:

@@ -17,7 +17,7 @@ from starlette.responses import PlainTextResponse, Response
 
 from humpyard.config.spec import Config, KeySpec, RouteSpec
 from humpyard.errors import HumpyardError, RequestError, UnknownModel
-from humpyard.http.body import finite
+from humpyard.http.body import finite, query_count, query_number
 from humpyard.http.errors import json_response
 from humpyard.http.guard import gateway, guarded, require_admin, require_key, scope
 from humpyard.metrics import prometheus
@@ -183,11 +183,8 @@ async def decisions(request: Request) -> Response:
     own = scope(require_key(request))
     gw = gateway(request)
     q = request.query_params
-    try:
-        limit = min(max(int(q.get("limit", "50")), 1), 1000)
-        since = finite(q["since"], "since") if "since" in q else None
-    except ValueError:
-        raise RequestError("limit and since must be numbers") from None
+    limit = query_count(q, "limit", 50, 1000)
+    since = query_number(q, "since")
     key_filter = q.get("key") or None
     if own is not None:
         if key_filter not in (None, own):

@@ -7,6 +7,7 @@ import math
 import re
 import sys
 import zlib
+from collections.abc import Mapping
 from itertools import accumulate
 from typing import Any, NoReturn
 
@@ -243,6 +244,32 @@ def finite(text: str, name: str) -> float:
     if not math.isfinite(value):
         raise RequestError(f"{name}: must be a finite number, got {text[:40]!r}")
     return value
+
+
+def query_number(query: Mapping[str, str], name: str) -> float | None:
+    """Query parameter ``name`` as a finite number (None when absent); a 400 naming
+    it when it is not one."""
+    text = query.get(name)
+    if text is None:
+        return None
+    try:
+        return finite(text, name)
+    except ValueError:
+        raise RequestError(f"{name}: must be a number, got {text[:40]!r}") from None
+
+
+def query_count(query: Mapping[str, str], name: str, default: int, most: int) -> int:
+    """Query parameter ``name`` as a whole number, brought within 1 to ``most``
+    (``default`` when absent); a 400 naming it when it is not a whole number."""
+    text = query.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise RequestError(f"{name}: must be a whole number from 1 to {most}, "
+                           f"got {text[:40]!r}") from None
+    return min(max(value, 1), most)
 
 
 _QUOTE, _OPEN_ARRAY, _OPEN_OBJECT = ord('"'), ord("["), ord("{")
