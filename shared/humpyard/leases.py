@@ -158,9 +158,7 @@ class Leases:
 
     def reserve_now(self, key_id: str, period: str, limit: float, usd: float) -> bool:
         """Reserve ``usd`` from the lease already held, without a store call; never from
-        one that lapsed (``_lapsed``: the store may have let it go and others taken its
-        room, as for a Lambda instance thawed after minutes frozen), which ``take``
-        writes again first."""
+        a lapsed one (``_lapsed``), which ``take`` writes again first."""
         now = self.clock.now()
         with self._lock:
             book = self._book(key_id, period, limit)
@@ -181,9 +179,8 @@ class Leases:
                 return True
             with self._lock:
                 book = self._book(key_id, period, limit)
-                # a lapsed lease may be gone: ask for the whole request, not the rest
-                need = usd if self._lapsed(book, self.clock.now()) \
-                    else max(usd - book.available(), 1e-9)
+                lapsed = self._lapsed(book, self.clock.now())  # maybe gone: ask for all
+                need = usd if lapsed else max(usd - book.available(), 1e-9)
                 known = bool(book.written)
             try:
                 granted = False
@@ -209,10 +206,9 @@ class Leases:
         return self.reserve_now(key_id, period, limit, usd)
 
     def _lapsed(self, book: _Book, now: float) -> bool:
-        """A lease held and not even tried for ``lease_secs`` (the instance was frozen or
-        stopped): the store may have let it go. One whose writes fail meanwhile (the
-        store down) has not lapsed: the instance goes on on its own view, as ``take``
-        does when the store cannot be reached, rather than wait for it each request."""
+        """Held, and not even tried for ``lease_secs`` (a Lambda instance thawed after
+        minutes frozen, a stopped process): the store may have let it go and others
+        taken its room. One whose writes fail (the store down) has not lapsed."""
         return book.held > 0 and now - book.tried >= self.lease_secs
 
     def _slice(self, key_id: str, period: str, need: float) -> tuple[float, float]:
