@@ -45,10 +45,10 @@ import secrets
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from humpyard.clock import Clock
+from humpyard.lease_book import LeaseBook
 from humpyard.limit_blocks import limit_counter
 from humpyard.queued import drained
 from humpyard.store.sharing import LimitCount
@@ -66,26 +66,6 @@ FLUSH_SECS = {"memory": 0.0, "sqlite": 0.0, "dynamodb": 10.0}
 """How long settled spend may wait in the instance before it is written, per store kind."""
 TICK_SECS = 1.0
 """How often a long-lived process flushes, renews and gives back leases."""
-
-
-@dataclass(slots=True)
-class _Book:
-    """One key's lease in one budget period, as this instance sees it."""
-
-    limit: float
-    held: float = 0.0  # the lease as the store has it (USD)
-    used: float = 0.0  # reserved by this instance's requests in flight
-    pending: float = 0.0  # settled cost not written yet
-    since: float | None = None  # clock time of the oldest pending cost
-    written: float = 0.0  # when the lease was last written (renewed)
-    tried: float = 0.0  # when a write of it was last attempted, written or failed
-    last_use: float = 0.0
-    holders: int = 1
-    committed: float = 0.0  # spend + every live lease, at the last write
-    flushing: bool = False  # a background flush is queued
-
-    def available(self) -> float:
-        return self.held - self.used - self.pending
 
 
 class Leases:
@@ -106,7 +86,7 @@ class Leases:
         self.flush_secs = FLUSH_SECS.get(kind, 0.0) if flush_secs is None else flush_secs
         self.lease_secs = lease_secs
         self.idle_secs = idle_secs
-        self._books: dict[tuple[str, str], _Book] = {}
+        self._books: dict[tuple[str, str], LeaseBook] = {}
         self._lock = threading.Lock()  # the books; never held across a store call
         self._io = threading.Lock()  # one lease write at a time
         self._pool: ThreadPoolExecutor | None = None
@@ -149,21 +129,21 @@ class Leases:
 
     # -- budget leases ----------------------------------------------------------
 
-    def _book(self, key_id: str, period: str, limit: float) -> _Book:
+    def _book(self, key_id: str, period: str, limit: float) -> LeaseBook:
         book = self._books.get((key_id, period))
         if book is None:
-            book = self._books[(key_id, period)] = _Book(limit=limit)
+            book = self._books[(key_id, period)] = LeaseBook(limit=limit)
         book.limit = limit  # a reload may change the budget
         return book
 
     def reserve_now(self, key_id: str, period: str, limit: float, usd: float) -> bool:
         """Reserve ``usd`` from the lease already held, without a store call; never from
-        a lapsed one (``_lapsed``), which ``take`` writes again first."""
+        a lapsed one (``LeaseBook.lapsed``), which ``take`` writes again first."""
         now = self.clock.now()
         with self._lock:
             book = self._book(key_id, period, limit)
             book.last_use = now
-            if self._lapsed(book, now):
+            if book.lapsed(now, self.lease_secs):
                 return False
             if book.available() + 1e-12 >= usd:
                 book.used += usd
@@ -179,7 +159,7 @@ class Leases:
                 return True
             with self._lock:
                 book = self._book(key_id, period, limit)
-                lapsed = self._lapsed(book, self.clock.now())  # maybe gone: ask for all
+                lapsed = book.lapsed(self.clock.now(), self.lease_secs)  # maybe gone: ask for all
                 need = usd if lapsed else max(usd - book.available(), 1e-9)
                 known = bool(book.written)
             try:
@@ -204,12 +184,6 @@ class Leases:
             if not granted:
                 return False
         return self.reserve_now(key_id, period, limit, usd)
-
-    def _lapsed(self, book: _Book, now: float) -> bool:
-        """Held, and not even tried for ``lease_secs`` (a Lambda instance thawed after
-        minutes frozen, a stopped process): the store may have let it go and others
-        taken its room. One whose writes fail (the store down) has not lapsed."""
-        return book.held > 0 and now - book.tried >= self.lease_secs
 
     def _slice(self, key_id: str, period: str, need: float) -> tuple[float, float]:
         """A slice for the key and the room it must leave for the other holders: at most
@@ -276,15 +250,11 @@ class Leases:
             except Exception:
                 if spent:  # the ledger writer writes it, or logs and counts it as lost
                     with self._lock:
-                        book.pending = max(0.0, book.pending - spent)
-                        if book.pending <= 1e-12:
-                            book.pending, book.since = 0.0, None
+                        book.settled(spent)
                     self.fallback(key_id, period, spent)
                 raise
             with self._lock:
-                book.pending = max(0.0, book.pending - spent)
-                if book.pending <= 1e-12:
-                    book.pending, book.since = 0.0, None
+                book.settled(spent)
                 book.held = answer.held
                 book.committed = answer.committed
                 book.holders = answer.holders
