@@ -157,3 +157,33 @@ def test_a_transfer_coding_before_chunked_is_undone_or_refused_by_name(
     assert b"decoded" in answers["bomb"]
     assert statuses("br") == [b"501", b"200"], answers["br"][:600]
     assert b"transfer-encoding" in answers["br"] and b"br" in answers["br"]
+
+
+def test_a_coding_sent_on_two_header_lines_is_undone_as_one_list(tmp_path: Path) -> None:
+    """A list-valued header may come as several lines, which mean one list in order
+    (RFC 9110, 5.3). The gateway kept the last line alone: ``Content-Encoding: gzip``
+    twice over a body gzipped twice was undone once and answered 400 "not valid
+    UTF-8"; ``Transfer-Encoding: gzip`` then ``Transfer-Encoding: chunked`` lost the
+    gzip the same way; and ``br`` then ``gzip`` was undone as gzip alone, a 400
+    about the bytes instead of the 415 naming what the gateway does not undo."""
+    body = json.dumps({"model": "t", "messages": [{"role": "user", "content": "hi"}]}
+                      ).encode()
+    twice = gzip.compress(gzip.compress(body))
+    cases = {
+        "ce-twice": _post("Content-Encoding: gzip\r\nContent-Encoding: gzip\r\n"
+                          f"Content-Length: {len(twice)}\r\n", twice),
+        "te-split": _post("Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n",
+                          _chunked(gzip.compress(body))),
+        "ce-br-first": _post("Content-Encoding: br\r\nContent-Encoding: gzip\r\n"
+                             "Transfer-Encoding: chunked\r\n", _chunked(gzip.compress(body))),
+    }
+    with FakeUpstream() as up:
+        answers, _, calls = _each_then_health(tmp_path, up, cases)
+
+    def statuses(name: str) -> list[bytes]:
+        return re.findall(rb"HTTP/1\.1 (\d{3}) ", answers[name])
+    for name in ("ce-twice", "te-split"):
+        assert statuses(name) == [b"200", b"200"], (name, answers[name][:600])
+    assert calls == 2
+    assert statuses("ce-br-first") == [b"415", b"200"], answers["ce-br-first"][:600]
+    assert b"unsupported_encoding" in answers["ce-br-first"]

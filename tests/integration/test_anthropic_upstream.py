@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -500,7 +501,13 @@ def test_static_betas_and_version_of_the_provider(ups):
             raw = client.messages.with_raw_response.create(
                 model="r", max_tokens=8, messages=HELLO,
                 extra_headers={"anthropic-beta": "b1,always-on"})
-    translated, native = claude.requests_to(MESSAGES)
+        # the header on two lines is one list in order (it kept the last line alone)
+        httpx.post(f"{gw.url}/v1/messages", headers=[
+            ("x-api-key", "client-key"), ("anthropic-version", "2023-06-01"),
+            ("anthropic-beta", "b1"), ("anthropic-beta", "b2")],
+            json={"model": "r", "max_tokens": 8, "messages": HELLO}).raise_for_status()
+    translated, native, split = claude.requests_to(MESSAGES)
+    assert split.headers["anthropic-beta"] == "always-on,b1,b2"
     assert translated.headers["anthropic-version"] == "2024-01-01"
     assert translated.headers["anthropic-beta"] == "always-on"
     # the client's version wins: its body is written for it

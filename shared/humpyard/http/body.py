@@ -27,6 +27,9 @@ from humpyard.upstream.encoding import Decoder, decoder_for
 MAX_JSON_DEPTH = 64
 MAX_HEADER_COUNT = 100
 MAX_HEADER_BYTES = 32 * 1024
+# List-valued headers the gateway reads: several lines of one are one list, in order
+# (RFC 9110, 5.3); any other repeated header keeps its last line.
+LISTED_HEADERS = frozenset({"content-encoding", "transfer-encoding", "anthropic-beta"})
 
 
 def lower_headers(request: Request) -> dict[str, str]:
@@ -35,7 +38,8 @@ def lower_headers(request: Request) -> dict[str, str]:
 
 
 def header_dict(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
-    """ASGI headers as a dict with lowercased names; refuses absurd header sets."""
+    """ASGI headers as a dict with lowercased names, the lines of a list-valued one
+    (``LISTED_HEADERS``) joined in order; refuses absurd header sets."""
     if len(raw) > MAX_HEADER_COUNT:
         raise RequestError(f"headers: at most {MAX_HEADER_COUNT} headers, got {len(raw)}",
                            status=431, code="headers_too_large")
@@ -43,7 +47,11 @@ def header_dict(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
     size = 0
     for k, v in raw:
         size += len(k) + len(v)
-        out[k.decode("latin-1").lower()] = v.decode("latin-1")
+        name = k.decode("latin-1").lower()
+        if name in out and name in LISTED_HEADERS:
+            out[name] += ", " + v.decode("latin-1")
+        else:
+            out[name] = v.decode("latin-1")
     if size > MAX_HEADER_BYTES:
         raise RequestError(f"headers: {size} bytes in all, the limit is {MAX_HEADER_BYTES}",
                            status=431, code="headers_too_large")
@@ -52,7 +60,7 @@ def header_dict(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
 
 async def read_json(request: Request, limit: int) -> Any:
     """The body parsed as JSON; 413 past ``limit`` bytes, 400 naming what is wrong."""
-    headers = request.headers
+    headers = header_dict(request.scope["headers"])
     return await receive_json(request.receive, headers.get("content-length"), limit,
                               body_coding(headers.get("content-encoding"),
                                           headers.get("transfer-encoding")))
