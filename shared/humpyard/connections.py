@@ -141,6 +141,27 @@ class ConnectionGuard:
             self.expire(loop.time())
 
 
+def _close_if_answered_unread(cycle: Any, linger_close: Callable[[], None]) -> None:
+    """A request that asked ``Expect: 100-continue`` and is answered before its body
+    was asked for (a 401, 404 or 413 from its head alone) while none of the body has
+    come: the client may or may not send it now, so the connection cannot tell the
+    body from the next request. The answer says ``connection: close`` and the
+    connection closes after it (RFC 9110, 10.1.1). uvicorn kept it open and took the
+    client's next request for the body. The close lingers (``linger_close``): what the
+    client sends meanwhile is dropped, not met with a reset that could cost it the
+    answer. A client that sent its body without waiting (some of it has come) keeps
+    its connection; the rest is read and dropped."""
+    send = cycle.send
+
+    async def send_closing(message: Any) -> None:
+        if (cycle.waiting_for_100_continue and cycle.more_body and not cycle.body
+                and message["type"] == "http.response.start"):
+            cycle.keep_alive = False  # uvicorn adds connection: close and closes after
+            cycle.transport.closing = linger_close  # serving.HeadHoldingTransport
+        await send(message)
+    cycle.send = send_closing
+
+
 def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
     class GuardedProtocol(base):  # type: ignore[valid-type, misc]
         """``base`` within ``guard``'s limits. ``head_since``: when the request head
@@ -247,6 +268,8 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
             self.head_bytes = 0
             self.body_since = self.loop.time()
             super().on_headers_complete()
+            if self.expect_100_continue:
+                _close_if_answered_unread(self.cycle, self._linger_close)
 
         def on_message_complete(self) -> None:
             self.body_since = None
@@ -321,8 +344,15 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
             self._answer_and_close(answer)
 
         def _answer_and_close(self, answer: bytes) -> None:
+            self.transport.write(answer)
+            self._linger_close()
+
+        def _linger_close(self) -> None:
+            """Close after what was written, reading and dropping what the client
+            still sends for ``LINGER_SECS`` (closing a socket with unread bytes sends
+            a reset, and the client would see the reset instead of the answer)."""
+            self.refused = True
             transport = self.transport
-            transport.write(answer)
             try:
                 transport.write_eof()
             except (NotImplementedError, AttributeError, RuntimeError, OSError):

@@ -47,7 +47,7 @@ class HeadHoldingTransport:
     """A transport wrapper that holds a response head back until the body's write,
     and tells one watcher (``watch_lost``) when the connection is lost."""
 
-    __slots__ = ("_transport", "_loop", "_held", "_on_lost", "body_timed_out")
+    __slots__ = ("_transport", "_loop", "_held", "_on_lost", "body_timed_out", "closing")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
         self._transport = transport
@@ -57,6 +57,9 @@ class HeadHoldingTransport:
         # Set by the connection guard (``connections.py``) to the body timeout it cut
         # the request's body at; the intake's body reader names it (``http/body.py``).
         self.body_timed_out: float | None = None
+        # Set by the connection guard when the server's close of this connection is
+        # to linger (a half-close, the client's late bytes read and dropped).
+        self.closing: Callable[[], None] | None = None
 
     def watch_lost(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once when the connection is lost (after the server's own
@@ -96,7 +99,11 @@ class HeadHoldingTransport:
 
     def close(self) -> None:
         self._release()
-        self._transport.close()
+        closing, self.closing = self.closing, None
+        if closing is not None:
+            closing()
+        else:
+            self._transport.close()
 
     def abort(self) -> None:
         self._held = None

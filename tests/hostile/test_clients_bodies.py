@@ -187,3 +187,52 @@ def test_a_coding_sent_on_two_header_lines_is_undone_as_one_list(tmp_path: Path)
     assert calls == 2
     assert statuses("ce-br-first") == [b"415", b"200"], answers["ce-br-first"][:600]
     assert b"unsupported_encoding" in answers["ce-br-first"]
+
+
+def test_an_answer_before_an_expected_body_closes_the_connection(tmp_path: Path) -> None:
+    """``Expect: 100-continue`` answered from the head alone (a 413 for its
+    ``Content-Length``, a 404): the client may never send the body (curl does not),
+    so what comes next cannot be told from the body. The gateway kept the connection
+    and read the client's next request as body bytes: it was never answered. The
+    answer now says ``connection: close`` and the connection closes after it; a
+    request answered after asking for its body, one with no body, and one whose
+    client sent the body without waiting keep their connection."""
+    def head(path: str, length: int, extra: str = "") -> bytes:
+        return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Expect: 100-continue\r\nContent-Length: {length}\r\n{extra}\r\n").encode()
+    body = json.dumps({"model": "t", "messages": [{"role": "user", "content": "hi"}]}
+                      ).encode()
+    next_request = b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n"
+    with serving(tmp_path) as (gw, _):
+        answers = {}
+        for name, path, length in (("over", "/v1/chat/completions", 500_000_000),
+                                   ("unknown path", "/nope", 100)):
+            s = connect(gw.port)
+            s.sendall(head(path, length))
+            first = b""
+            while b"\r\n\r\n" not in first:  # the answer's head, then the next request
+                first += s.recv(65536)
+            s.sendall(next_request)
+            answers[name] = first + read_answer(s, 10.0)
+            s.close()
+        # asked for (a 100 Continue, then the answer): the connection goes on
+        s = connect(gw.port)
+        s.sendall(head("/v1/chat/completions", len(body)))
+        assert s.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        s.sendall(body + next_request.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"))
+        answers["asked"] = read_answer(s, 10.0)
+        s.close()
+        # no body at all, and a body sent without waiting: the connection goes on
+        s = connect(gw.port)
+        s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n\r\n"
+                  + head("/nope", 10) + b"0123456789"
+                  + next_request.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"))
+        answers["no wait"] = read_answer(s, 10.0)
+        s.close()
+
+    for name in ("over", "unknown path"):
+        statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", answers[name])
+        assert statuses == [b"413" if name == "over" else b"404"], (name, answers[name][:600])
+        assert b"\r\nconnection: close\r\n" in answers[name].lower(), answers[name][:600]
+    assert re.findall(rb"HTTP/1\.1 (\d{3}) ", answers["asked"]) == [b"200", b"200"]
+    assert re.findall(rb"HTTP/1\.1 (\d{3}) ", answers["no wait"]) == [b"200", b"404", b"200"]
