@@ -141,23 +141,22 @@ class ConnectionGuard:
             self.expire(loop.time())
 
 
-def _close_if_answered_unread(cycle: Any, linger_close: Callable[[], None]) -> None:
+def _close_if_answered_unread(cycle: Any) -> None:
     """A request that asked ``Expect: 100-continue`` and is answered before its body
     was asked for (a 401, 404 or 413 from its head alone) while none of the body has
     come: the client may or may not send it now, so the connection cannot tell the
     body from the next request. The answer says ``connection: close`` and the
     connection closes after it (RFC 9110, 10.1.1). uvicorn kept it open and took the
-    client's next request for the body. The close lingers (``linger_close``): what the
-    client sends meanwhile is dropped, not met with a reset that could cost it the
-    answer. A client that sent its body without waiting (some of it has come) keeps
-    its connection; the rest is read and dropped."""
+    client's next request for the body. The close lingers (``_closed_by_server``):
+    what the client sends meanwhile is dropped, not met with a reset that could cost
+    it the answer. A client that sent its body without waiting (some of it has come)
+    keeps its connection; the rest is read and dropped."""
     send = cycle.send
 
     async def send_closing(message: Any) -> None:
         if (cycle.waiting_for_100_continue and cycle.more_body and not cycle.body
                 and message["type"] == "http.response.start"):
             cycle.keep_alive = False  # uvicorn adds connection: close and closes after
-            cycle.transport.closing = linger_close  # serving.HeadHoldingTransport
         await send(message)
     cycle.send = send_closing
 
@@ -184,6 +183,7 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
             self.stalled_since: float | None = None
             self.refused = False
             self._linger: asyncio.TimerHandle | None = None
+            self._draining = False  # lingering until the client stops sending a body
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             if len(guard.open) >= guard.cap():
@@ -203,6 +203,7 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
             guard.open.add(self)
             self.head_since = self.loop.time()
             super().connection_made(transport)
+            self.transport.closing = self._closed_by_server  # serving.HeadHoldingTransport
 
         def connection_lost(self, exc: Exception | None) -> None:
             if self._linger is not None:
@@ -215,8 +216,11 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
-            if self.refused:
-                return  # answered already: what follows is dropped
+            if self.refused:  # answered already: what follows is dropped
+                if self._draining and self._linger is not None:
+                    self._linger.cancel()  # the close waits for the client to stop
+                    self._linger = self.loop.call_later(LINGER_SECS, self.transport.close)
+                return
             n = len(data)
             if self.head_bytes + n > self.max_head and self._at_head():
                 # A read that may hold a whole oversized head (reads are up to
@@ -269,7 +273,7 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
             self.body_since = self.loop.time()
             super().on_headers_complete()
             if self.expect_100_continue:
-                _close_if_answered_unread(self.cycle, self._linger_close)
+                _close_if_answered_unread(self.cycle)
 
         def on_message_complete(self) -> None:
             self.body_since = None
@@ -346,6 +350,24 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
         def _answer_and_close(self, answer: bytes) -> None:
             self.transport.write(answer)
             self._linger_close()
+
+        def _closed_by_server(self) -> None:
+            """The first close of the connection from the server's side (uvicorn's, at
+            the end of an answer that closes it, or the guard's own). Closing while
+            the client is still sending the body of the request just answered (a 413
+            from its ``Content-Length``, a 401 from its head, on a ``Connection:
+            close`` request) would meet those bytes with a reset, and a client that
+            sends its whole body before reading (Python's ``http.client``) saw
+            ``ConnectionResetError`` instead of the answer. Such a close drains: the
+            rest is read and dropped, and the connection closes ``LINGER_SECS`` after
+            the client stops sending, or at the body timeout (``expire``)."""
+            cycle = self.cycle
+            if (self.body_since is not None and not self.refused and cycle is not None
+                    and cycle.response_complete):
+                self._draining = True
+                self._linger_close()
+            else:
+                self.transport.close()  # the hook is spent: this one closes
 
         def _linger_close(self) -> None:
             """Close after what was written, reading and dropping what the client

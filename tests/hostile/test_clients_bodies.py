@@ -16,8 +16,10 @@ A compressed body is undone within the limit, or refused by name.
 from __future__ import annotations
 
 import gzip
+import http.client
 import json
 import re
+import time
 import zlib
 from pathlib import Path
 
@@ -236,3 +238,41 @@ def test_an_answer_before_an_expected_body_closes_the_connection(tmp_path: Path)
         assert b"\r\nconnection: close\r\n" in answers[name].lower(), answers[name][:600]
     assert re.findall(rb"HTTP/1\.1 (\d{3}) ", answers["asked"]) == [b"200", b"200"]
     assert re.findall(rb"HTTP/1\.1 (\d{3}) ", answers["no wait"]) == [b"200", b"404", b"200"]
+
+
+def test_a_closing_answer_waits_for_the_body_still_coming(tmp_path: Path) -> None:
+    """A ``Connection: close`` request answered before its body is read (a 413 from
+    its ``Content-Length``): the server closed at once, the body still arriving met a
+    reset, and Python's ``http.client``, which sends the whole body before reading,
+    raised ``ConnectionResetError`` instead of giving the 413. The close now drains
+    the body, and closes once the client stops; a client that never stops is cut at
+    ``body_timeout_secs``."""
+    with serving(tmp_path, "body_timeout_secs = 1") as (gw, _):
+        outcomes = []
+        for _ in range(3):
+            conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+            try:
+                conn.request("POST", "/v1/chat/completions", body=bytes(40_000_000),
+                             headers={"Connection": "close"})
+                outcomes.append(conn.getresponse().status)
+            except OSError as e:
+                outcomes.append(type(e).__name__)
+            conn.close()
+        assert outcomes == [413, 413, 413]
+        # A body that keeps trickling after the answer: closed at the body timeout.
+        s = connect(gw.port)
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                  b"Content-Length: 500000000\r\n\r\n")
+        s.settimeout(0.1)
+        got, closed, deadline = b"", False, time.monotonic() + 15
+        while not closed and time.monotonic() < deadline:
+            try:  # the answer, then end of file (the server's half-close)
+                s.sendall(bytes(1000))
+                got += s.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:  # the reset: the server closed for good
+                closed = True
+        s.close()
+        assert closed and got.startswith(b"HTTP/1.1 413 "), got[:200]
+        assert '{reason="body_timeout"}' in scrape(gw.url, "humpyard_connections_refused_total")
