@@ -203,7 +203,8 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
             guard.open.add(self)
             self.head_since = self.loop.time()
             super().connection_made(transport)
-            self.transport.closing = self._closed_by_server  # serving.HeadHoldingTransport
+            wire: Any = self.transport  # serving.HeadHoldingTransport
+            wire.closing = self._closed_by_server
 
         def connection_lost(self, exc: Exception | None) -> None:
             if self._linger is not None:
