@@ -39,6 +39,13 @@ $(CHROMIUM):
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	else echo "the UI tests need Chromium: sudo apt-get install chromium" >&2; exit 1; fi
 
+# One hostile-client test drives Debian's curl (tests/hostile/test_clients_upgrade.py).
+CURL := /usr/bin/curl
+$(CURL):
+	@if [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl; \
+	else echo "a client test needs curl: sudo apt-get install curl" >&2; exit 1; fi
+
 # The tests that assert no latency and start no server of their own under load run
 # on every core (pytest-xdist, at most 4 workers); the rest, among them the probes
 # whose latency must stay flat, one at a time (docs/decisions/0029-parallel-tests.md).
@@ -46,7 +53,7 @@ $(CHROMIUM):
 PARALLEL_TESTS := tests/unit tests/contract tests/fuzz tests/infra
 
 ## test: install what the tests need, lint, and run every test
-test: $(STAMP) $(INFRA_STAMP) $(CHROMIUM)
+test: $(STAMP) $(INFRA_STAMP) $(CHROMIUM) $(CURL)
 	$(VENV)/bin/ruff check shared tests
 	bash tests/agents/install.sh
 	status=0; \

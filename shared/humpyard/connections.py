@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Callable
 from typing import Any
+
+from humpyard.http1 import close_if_answered_unread, resume_after_upgrade
 
 log = logging.getLogger("humpyard")
 
@@ -141,26 +144,6 @@ class ConnectionGuard:
             self.expire(loop.time())
 
 
-def _close_if_answered_unread(cycle: Any) -> None:
-    """A request that asked ``Expect: 100-continue`` and is answered before its body
-    was asked for (a 401, 404 or 413 from its head alone) while none of the body has
-    come: the client may or may not send it now, so the connection cannot tell the
-    body from the next request. The answer says ``connection: close`` and the
-    connection closes after it (RFC 9110, 10.1.1). uvicorn kept it open and took the
-    client's next request for the body. The close lingers (``_closed_by_server``):
-    what the client sends meanwhile is dropped, not met with a reset that could cost
-    it the answer. A client that sent its body without waiting (some of it has come)
-    keeps its connection; the rest is read and dropped."""
-    send = cycle.send
-
-    async def send_closing(message: Any) -> None:
-        if (cycle.waiting_for_100_continue and cycle.more_body and not cycle.body
-                and message["type"] == "http.response.start"):
-            cycle.keep_alive = False  # uvicorn adds connection: close and closes after
-        await send(message)
-    cycle.send = send_closing
-
-
 def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
     class GuardedProtocol(base):  # type: ignore[valid-type, misc]
         """``base`` within ``guard``'s limits. ``head_since``: when the request head
@@ -179,6 +162,7 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
             self.head_since: float | None = None
             self.head_bytes = 0
             self._began = self._body_seen = False  # in the read being parsed
+            self._upgrade_cut: int | None = None  # where an upgrade offer cut a read
             self.body_since: float | None = None
             self.stalled_since: float | None = None
             self.refused = False
@@ -234,6 +218,14 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
                     return
             self._began = self._body_seen = False
             super().data_received(data)
+            if self._upgrade_cut is not None:  # an Upgrade offer cut the read short
+                cut, self._upgrade_cut = self._upgrade_cut, None
+                resume_after_upgrade(self)
+                if self.cycle.more_body:  # its body is read as ever
+                    self.body_since = self.loop.time()
+                if cut < n:
+                    self.data_received(data[cut:])
+                return
             if self.head_since is not None and not self.transport.is_closing():
                 if not self._began:  # the whole read is more of the same head
                     self.head_bytes += n
@@ -247,6 +239,13 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
                 # are, and the header timeout still runs)
                 if self.head_bytes > self.max_head:
                     self._head_too_large()
+
+        def _unsupported_upgrade_warning(self) -> None:
+            """uvicorn's answer to an ``Upgrade`` offer (it speaks no other protocol
+            here: ``ws="none"``) was two WARNING lines and a request cut at its head;
+            it is read on as HTTP/1.1 instead (``http1.py``)."""
+            cut = sys.exc_info()[1]
+            self._upgrade_cut = cut.args[0] if cut is not None and cut.args else 0
 
         def _at_head(self) -> bool:
             """Whether what arrives now is (part of) a request head, not a body: a
@@ -274,7 +273,7 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
             self.body_since = self.loop.time()
             super().on_headers_complete()
             if self.expect_100_continue:
-                _close_if_answered_unread(self.cycle)
+                close_if_answered_unread(self.cycle)
 
         def on_message_complete(self) -> None:
             self.body_since = None

@@ -1,0 +1,90 @@
+"""Two HTTP/1.1 requests uvicorn's httptools protocol reads wrong, read right.
+
+An offer to change protocol is read as HTTP/1.1 all the same
+(``resume_after_upgrade``). ``curl --http2`` on a plain-http URL, and Java's
+``HttpClient`` on the first request of a connection, send ``Connection: Upgrade``
+and ``Upgrade: h2c`` with their request, a POST and its body included. The
+gateway speaks HTTP/1.1 only and may ignore the offer (RFC 9110, 7.8). httptools
+cannot: it ends the request at its head and stops (``HttpParserUpgrade`` at the
+head's end), so the body was never read (a 400 "request body is empty"), the
+requests pipelined after it were dropped, and uvicorn logged two WARNING lines.
+A new parser takes the old one's place, primed with a head of our own that
+carries the request's framing (its ``Content-Length`` or ``Transfer-Encoding``,
+which llhttp has checked): the bytes after the real head are then its body, and
+the requests after it are parsed as ever. The primed head's own callbacks are
+dropped (``_Resumed``); everything after goes to the protocol. Only a connection
+that made such an offer pays the indirection
+(docs/decisions/0032-upgrade-offers-read-as-http1.md).
+
+A request that asked ``Expect: 100-continue`` and is answered before any of its
+body came closes its connection (``close_if_answered_unread``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httptools
+
+
+class _Resumed:
+    """The parser callbacks of a protocol, less those of the primed head."""
+
+    def __init__(self, protocol: Any) -> None:
+        self._protocol = protocol
+        self._primed = True
+        self.on_body = protocol.on_body
+        self.on_message_complete = protocol.on_message_complete
+
+    def on_message_begin(self) -> None:
+        if not self._primed:
+            self._protocol.on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        if not self._primed:
+            self._protocol.on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if not self._primed:
+            self._protocol.on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        if self._primed:
+            self._primed = False
+        else:
+            self._protocol.on_headers_complete()
+
+
+def resume_after_upgrade(protocol: Any) -> None:
+    """Replace ``protocol.parser`` (uvicorn's httptools protocol, its request just cut
+    at the head by an upgrade offer) with one that reads on as HTTP/1.1: the request's
+    body next, if it has one, then the requests after it. The request already went to
+    the app with no body; it is told more is coming."""
+    framing = [b"%s: %s\r\n" % (name, value) for name, value in protocol.headers
+               if name in (b"content-length", b"transfer-encoding")]
+    parser = httptools.HttpRequestParser(_Resumed(protocol))
+    parser.feed_data(b"POST / HTTP/1.1\r\n" + b"".join(framing) + b"\r\n")
+    protocol.parser = parser
+    if framing:
+        protocol.cycle.more_body = True  # the old parser had ended it at its head
+
+
+def close_if_answered_unread(cycle: Any) -> None:
+    """A request that asked ``Expect: 100-continue`` and is answered before its body
+    was asked for (a 401, 404 or 413 from its head alone) while none of the body has
+    come: the client may or may not send it now, so the connection cannot tell the
+    body from the next request. The answer says ``connection: close`` and the
+    connection closes after it (RFC 9110, 10.1.1). uvicorn kept it open and took the
+    client's next request for the body. The close lingers (the connection guard's
+    ``_closed_by_server``): what the client sends meanwhile is dropped, not met with
+    a reset that could cost it the answer. A client that sent its body without
+    waiting (some of it has come) keeps its connection; the rest is read and
+    dropped."""
+    send = cycle.send
+
+    async def send_closing(message: Any) -> None:
+        if (cycle.waiting_for_100_continue and cycle.more_body and not cycle.body
+                and message["type"] == "http.response.start"):
+            cycle.keep_alive = False  # uvicorn adds connection: close and closes after
+        await send(message)
+    cycle.send = send_closing
