@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 from collections.abc import Callable
 from typing import Any
+
+import httptools
 
 from humpyard.http1 import close_if_answered_unread, resume_after_upgrade
 
@@ -85,8 +86,8 @@ class ConnectionGuard:
         # Connections refused at the cap, still draining, oldest first.
         self.lingering: dict[Any, None] = {}
         self._cap_for: tuple[Any, int] = (None, 0)
-        self._unlogged = 0
-        self._logged_at = -LOG_EVERY_SECS
+        self._unlogged = self._malformed = 0
+        self._logged_at = self._malformed_logged_at = -LOG_EVERY_SECS
         self._now = now or (lambda: asyncio.get_running_loop().time())
 
     def cap(self) -> int:
@@ -104,6 +105,19 @@ class ConnectionGuard:
     def count(self, reason: str) -> None:
         if self.refused is not None:
             self.refused.inc(reason=reason)
+
+    def malformed(self, reason: str, error: Exception) -> None:
+        """Count a request that is not HTTP/1.1; a WARNING at most every
+        ``LOG_EVERY_SECS`` (the trace too when it was one of our parser callbacks)."""
+        self.count("malformed")
+        self._malformed += 1
+        now = self._now()
+        if now - self._malformed_logged_at >= LOG_EVERY_SECS:
+            log.warning("refused %d request(s) that are not HTTP/1.1 with 400 (the last: "
+                        "%s)", self._malformed, reason,
+                        exc_info=isinstance(error, httptools.HttpParserCallbackError))
+            self._malformed = 0
+            self._malformed_logged_at = now
 
     def over_cap(self) -> None:
         """Count a connection refused at the cap; a WARNING at most every ``LOG_EVERY_SECS``."""
@@ -162,7 +176,6 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
             self.head_since: float | None = None
             self.head_bytes = 0
             self._began = self._body_seen = False  # in the read being parsed
-            self._upgrade_cut: int | None = None  # where an upgrade offer cut a read
             self.body_since: float | None = None
             self.stalled_since: float | None = None
             self.refused = False
@@ -217,14 +230,20 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
                     self._head_too_large()
                     return
             self._began = self._body_seen = False
-            super().data_received(data)
-            if self._upgrade_cut is not None:  # an Upgrade offer cut the read short
-                cut, self._upgrade_cut = self._upgrade_cut, None
+            # uvicorn's own data_received, its two exceptions answered here
+            self._unset_keepalive_if_required()
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserUpgrade as cut:  # an offer cut the read short
                 resume_after_upgrade(self)
                 if self.cycle.more_body:  # its body is read as ever
                     self.body_since = self.loop.time()
-                if cut < n:
-                    self.data_received(data[cut:])
+                at = cut.args[0] if cut.args else n
+                if at < n:
+                    self.data_received(data[at:])
+                return
+            except httptools.HttpParserError as e:
+                self._malformed(e)
                 return
             if self.head_since is not None and not self.transport.is_closing():
                 if not self._began:  # the whole read is more of the same head
@@ -240,12 +259,16 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
                 if self.head_bytes > self.max_head:
                     self._head_too_large()
 
-        def _unsupported_upgrade_warning(self) -> None:
-            """uvicorn's answer to an ``Upgrade`` offer (it speaks no other protocol
-            here: ``ws="none"``) was two WARNING lines and a request cut at its head;
-            it is read on as HTTP/1.1 instead (``http1.py``)."""
-            cut = sys.exc_info()[1]
-            self._upgrade_cut = cut.args[0] if cut is not None and cut.args else 0
+        def _malformed(self, error: Exception) -> None:
+            """Bytes that are not HTTP/1.1 (the parser's ``error``): a 400 naming what
+            the parser found, counted, and a WARNING at most every ``LOG_EVERY_SECS``.
+            uvicorn answered in plain text, counted nothing and logged a WARNING for
+            every one, so a client without a key could fill the log."""
+            reason = "".join(c for c in str(error)[:80] if c.isalnum() or c in " ,.:/-")
+            guard.malformed(reason, error)
+            self._stop_reading(_refusal(
+                b"400 Bad Request", "bad_request",
+                f"the request is not valid HTTP/1.1 ({reason or 'unreadable'})"))
 
         def _at_head(self) -> bool:
             """Whether what arrives now is (part of) a request head, not a body: a

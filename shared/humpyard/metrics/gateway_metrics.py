@@ -93,7 +93,8 @@ class GatewayMetrics:
       ``header_timeout`` (no complete request head within ``header_timeout_secs``),
       ``headers_too_large`` (a 431 past ``max_header_bytes``, counted while reading)
       ``body_timeout`` (a body still arriving ``body_timeout_secs`` after its head) or
-      ``send_timeout`` (a client that took none of its answer for ``send_timeout_secs``).
+      ``send_timeout`` (a client that took none of its answer for ``send_timeout_secs``)
+      or ``malformed`` (bytes that are not HTTP/1.1, answered 400 ``bad_request``).
     - ``log_lines_dropped`` → ``humpyard_log_lines_dropped_total`` counter: log lines
       ``humpyard serve`` dropped because stderr's reader stopped taking them and the
       queue before it was full (``logpipe.py``); the event loop never waits for it.
@@ -192,7 +193,7 @@ class GatewayMetrics:
         self.connections_refused: Counter = m.counter(
             "humpyard_connections_refused_total", "Client connections refused or closed "
             "by the [server] limits (max_connections, header_timeout, headers_too_large, "
-            "body_timeout, send_timeout).", ("reason",))
+            "body_timeout, send_timeout) or refused as not HTTP/1.1 (malformed).", ("reason",))
         self.log_lines_dropped: Counter = m.counter(
             "humpyard_log_lines_dropped_total", "Log lines dropped because stderr's reader "
             "took none for a while and the queue before it was full.")
