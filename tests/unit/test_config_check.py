@@ -226,3 +226,18 @@ def test_a_bedrock_provider_refuses_a_health_path():
         load_config_text(text)
     assert "health_path is not used with protocol = \"bedrock\"" in str(e.value)
     assert "providers.b" in str(e.value)
+
+
+def test_inf_and_nan_are_no_setting(tmp_path, capsys):
+    """TOML has ``inf`` and ``nan``; a price of ``inf`` and a budget of ``inf`` passed
+    ``humpyard check`` (a price's ``ge=0`` lets infinity through), made every request
+    on the target unaffordable and showed a non-number in ``/v1/config``. Each is now
+    named as not finite, with the other problems of the file."""
+    text = GOOD.replace('model = "s" }', 'model = "s", price = { input = 1, output = inf } }')
+    text += '\n[keys.k]\nkey_sha256 = "' + "0" * 64 + '"\nbudget = { usd = inf }\n'
+    text += '[overrides]\ndefault_secs = nan\n'
+    code, _, err = check(tmp_path, text, capsys)
+    assert code == 1
+    assert "targets.small.endpoints[0].price.output: Input should be a finite number" in err
+    assert "keys.k.budget.usd: Input should be a finite number (got inf)" in err
+    assert "overrides.default_secs:" in err and "nan" in err

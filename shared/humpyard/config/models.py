@@ -35,7 +35,8 @@ class Target(_Strict):
     strengths: list[str] = Field(default_factory=list, max_length=8)
     quality: float | None = Field(default=None, ge=0, le=1)
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True,
+                              allow_inf_nan=False)
 
     @field_validator("class_")
     @classmethod
