@@ -453,3 +453,22 @@ def test_the_simulator_answers_claude_codes_request_with_the_write_call(stream: 
     assert name == "Write"
     assert json.loads(arguments) == {"file_path": "/home/dev/project/hello.txt",
                                      "content": "hi\n"}
+
+
+def test_zero_profile_keeps_a_bounded_number_of_templates() -> None:
+    """The ``zero`` profile cached one answer per (model, stream, usage) for ever: a
+    client naming a new model each time grew the simulator without bound (3,000 names
+    of 200 characters: about 2.5 MB). It keeps at most ``ZERO_TEMPLATES`` now."""
+    import tracemalloc
+    client, _ = sim("zero")
+    with client:
+        client.post("/v1/chat/completions", json={"model": "warm", "messages": HELLO})
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(3000):
+            answer = client.post("/v1/chat/completions",
+                                 json={"model": f"{i:05d}" + "m" * 195, "messages": HELLO})
+            assert answer.status_code == 200
+        grown = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+    assert grown < 500_000, grown

@@ -59,6 +59,8 @@ from humpyard.simulate.wire import (
 )
 
 PROFILES = ("ok", "slow", "flaky", "down", "zero")
+ZERO_TEMPLATES = 64
+"""The ``zero`` profile's answers kept ready, one per (model, stream, usage)."""
 DEFAULT_MODEL = "sim-model"
 FLAKY_SERVER_ERROR = 0.15
 FLAKY_RATE_LIMITED = 0.10
@@ -278,6 +280,8 @@ class _Simulator:
         key = (model, stream, include_usage)
         cached = self._zero_cache.get(key)
         if cached is None:
+            if len(self._zero_cache) >= ZERO_TEMPLATES:  # a client naming model after model
+                self._zero_cache.clear()
             cached = self._zero_cache[key] = _zero_template(model, stream, include_usage)
         template, has_usage = cached
         body = template % (prompt_tokens, prompt_tokens + 2) if has_usage else template
