@@ -181,6 +181,7 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
             self.refused = False
             self._linger: asyncio.TimerHandle | None = None
             self._draining = False  # lingering until the client stops sending a body
+            self._stopping = False  # the server is shutting down: closes are closes
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             if len(guard.open) >= guard.cap():
@@ -383,14 +384,19 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
             sends its whole body before reading (Python's ``http.client``) saw
             ``ConnectionResetError`` instead of the answer. Such a close drains: the
             rest is read and dropped, and the connection closes ``LINGER_SECS`` after
-            the client stops sending, or at the body timeout (``expire``)."""
+            the client stops sending, or at the body timeout (``expire``); not when the
+            server is stopping, which would wait that long for it."""
             cycle = self.cycle
             if (self.body_since is not None and not self.refused and cycle is not None
-                    and cycle.response_complete):
+                    and cycle.response_complete and not self._stopping):
                 self._draining = True
                 self._linger_close()
             else:
                 self.transport.close()  # the hook is spent: this one closes
+
+        def shutdown(self) -> None:
+            self._stopping = True
+            super().shutdown()
 
         def _linger_close(self) -> None:
             """Close after what was written, reading and dropping what the client

@@ -121,3 +121,40 @@ def test_a_second_signal_stops_without_waiting_for_open_requests(tmp_path: Path)
         t.join(20)
     assert code == 0
     assert server.output().rstrip().endswith("humpyard stopped")
+
+
+def test_a_stop_does_not_wait_for_a_refused_body_still_arriving(tmp_path: Path) -> None:
+    """A body refused from its ``Content-Length`` (413) on a keep-alive connection,
+    still arriving when SIGTERM comes: the stop's close of the connection drained
+    the body like any close while one arrives, so the exit waited for
+    ``body_timeout_secs`` (60.6 s seen). A stopping server's closes are closes."""
+    import socket
+    import threading
+
+    with FakeUpstream() as up:
+        server = ServeProcess(write_config(tmp_path, up.url), tmp_path / "serve.log").start()
+        assert server.proc is not None
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        stop = threading.Event()
+
+        def trickle() -> None:
+            while not stop.is_set():
+                try:
+                    s.sendall(bytes(1000))
+                except OSError:
+                    return
+                stop.wait(0.05)
+        try:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                      b"Content-Length: 500000000\r\n\r\n")
+            assert s.recv(65536).startswith(b"HTTP/1.1 413 ")
+            t = threading.Thread(target=trickle, daemon=True)
+            t.start()
+            time.sleep(0.3)  # the body goes on arriving after its answer
+            server.proc.send_signal(signal.SIGTERM)
+            code = server.proc.wait(15)
+        finally:
+            stop.set()
+            s.close()
+            server.kill()
+    assert code == 0
