@@ -22,6 +22,7 @@ from typing import Any
 import httptools
 
 from humpyard.http1 import close_if_answered_unread, resume_after_upgrade
+from humpyard.open_files import connection_cap
 
 log = logging.getLogger("humpyard")
 
@@ -31,8 +32,6 @@ sends after its answer: closing a socket with unread bytes sends a reset, and th
 client would see the reset instead of the answer."""
 LOG_EVERY_SECS = 10.0
 """At most one WARNING per this many seconds about connections refused at the cap."""
-MAX_NOFILE = 65536
-"""``serve`` raises its soft open-files limit up to the hard limit, at most to this."""
 
 
 def _refusal(status: bytes, code: str, message: str) -> bytes:
@@ -41,33 +40,6 @@ def _refusal(status: bytes, code: str, message: str) -> bytes:
     return (b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\n"
             b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n"
             + body)
-
-
-def raise_open_files_limit(limit: int = MAX_NOFILE) -> int:
-    """Raise the soft open-files limit towards the hard one (at most ``limit``);
-    the soft limit in force afterwards."""
-    import resource
-    try:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    except (OSError, ValueError):  # no such limit here
-        return limit
-    want = limit if hard == resource.RLIM_INFINITY else min(hard, limit)
-    if soft != resource.RLIM_INFINITY and soft < want:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-            soft = want
-        except (OSError, ValueError):
-            pass
-    return limit if soft == resource.RLIM_INFINITY else int(soft)
-
-
-def connection_cap(configured: int | None, nofile: int) -> int:
-    """Client connections ``serve`` keeps open at most: ``configured`` (``[server]
-    max_connections``) or, by default, the open-files limit ``nofile`` less a reserve
-    (a quarter of it, at least 64) for upstream sockets, the ledger and connections
-    being refused; never more than that safe figure."""
-    safe = max(8, nofile - max(64, nofile // 4))
-    return safe if configured is None else min(configured, safe)
 
 
 class ConnectionGuard:

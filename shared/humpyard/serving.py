@@ -31,7 +31,8 @@ import socket
 from collections.abc import Callable, Collection, Coroutine, Iterator
 from typing import Any, TypeVar
 
-from humpyard.connections import ConnectionGuard, guarded, raise_open_files_limit
+from humpyard.connections import ConnectionGuard, guarded
+from humpyard.open_files import raise_open_files_limit
 
 log = logging.getLogger("humpyard")
 T = TypeVar("T")

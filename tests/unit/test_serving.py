@@ -136,7 +136,7 @@ def test_served_over_a_socket_the_answer_arrives_whole() -> None:
 
 
 def test_the_connection_cap_leaves_a_reserve_below_the_open_files_limit() -> None:
-    from humpyard.connections import connection_cap
+    from humpyard.open_files import connection_cap
     assert connection_cap(None, 1024) == 768  # a quarter kept back
     assert connection_cap(None, 200) == 136  # at least 64 kept back
     assert connection_cap(None, 65536) == 49152

@@ -105,7 +105,7 @@ class ClientsSpec:
 class ServerSpec:
     """``[server]``: client connections of ``humpyard serve`` (docs/security.md,
     "Client connections"). ``max_connections`` None: derived from the open-files
-    limit (``connections.connection_cap``)."""
+    limit (``open_files.connection_cap``)."""
 
     header_timeout_secs: float = 10
     body_timeout_secs: float = 60
