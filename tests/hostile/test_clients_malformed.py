@@ -62,3 +62,29 @@ def test_malformed_requests_are_answered_counted_and_sampled(tmp_path: Path) -> 
     warnings = [line for line in log.splitlines() if "not HTTP/1.1" in line]
     assert 1 <= len(warnings) <= 2, warnings  # a burst within 10 s: one line, maybe two
     assert "Invalid HTTP request" not in log
+
+
+def test_a_method_a_path_does_not_take_is_told_what_it_takes(tmp_path: Path) -> None:
+    """A 405 must say which methods the path takes (RFC 9110, 15.5.6: ``Allow``). The
+    gateway's 405 had no ``Allow`` header; and a path served by several routes
+    (``/v1/overrides``: GET and POST) would have named only the first."""
+    cases = {
+        "/v1/chat/completions": ({"POST"}, "GET"),
+        "/v1/overrides": ({"GET", "HEAD", "POST"}, "DELETE"),
+        "/v1/health": ({"GET", "HEAD"}, "POST"),
+    }
+    with serving(tmp_path) as (gw, _):
+        answers = {}
+        for path, (_, method) in cases.items():
+            s = connect(gw.port)
+            s.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n"
+                      "Connection: close\r\n\r\n".encode())
+            answers[path] = read_answer(s, 10.0)
+            s.close()
+    for path, (allowed, _) in cases.items():
+        head, _, body = answers[path].partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 405 "), (path, answers[path][:300])
+        assert json.loads(body)["error"]["code"] == "method_not_allowed"
+        allow = re.search(rb"\r\nallow: ([^\r]*)", head, re.IGNORECASE)
+        assert allow, head
+        assert {m.strip() for m in allow.group(1).decode().split(",")} == allowed, (path, head)

@@ -25,7 +25,7 @@ from urllib.parse import unquote_to_bytes
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 from starlette.types import Receive, Scope, Send
 
 from humpyard.clock import Clock
@@ -102,9 +102,14 @@ async def not_found(request: Request, exc: Exception) -> Response:
 
 
 async def method_not_allowed(request: Request, exc: Exception) -> Response:
+    """A 405 with ``Allow``: every method the path takes, over all its routes
+    (Starlette's names only the first route's: ``/v1/overrides`` has two)."""
+    allowed = sorted({method for route in request.app.routes if isinstance(route, Route)
+                      and route.methods and route.matches(request.scope)[0] is not Match.NONE
+                      for method in route.methods})
     return error_response(HumpyardError(
         f"method {request.method} is not allowed on {request.url.path}",
-        status=405, code="method_not_allowed"))
+        status=405, code="method_not_allowed"), headers={"allow": ", ".join(allowed)})
 
 
 def create_app(config: Config, store: Store | None = None,
