@@ -62,11 +62,11 @@ def resume_after_upgrade(protocol: Any) -> None:
     the app with no body; it is told more is coming."""
     framing = [b"%s: %s\r\n" % (name, value) for name, value in protocol.headers
                if name in (b"content-length", b"transfer-encoding")]
-    parser = httptools.HttpRequestParser(_Resumed(protocol))
-    parser.feed_data(b"POST / HTTP/1.1\r\n" + b"".join(framing) + b"\r\n")
-    protocol.parser = parser
+    parser = protocol.parser = httptools.HttpRequestParser(_Resumed(protocol))
     if framing:
         protocol.cycle.more_body = True  # the old parser had ended it at its head
+    # Last: a framing of no body (Content-Length: 0) ends the request right here.
+    parser.feed_data(b"POST / HTTP/1.1\r\n" + b"".join(framing) + b"\r\n")
 
 
 def close_if_answered_unread(cycle: Any) -> None:

@@ -44,6 +44,8 @@ def test_an_upgrade_offer_is_ignored_and_the_request_served(tmp_path: Path) -> N
         "websocket": _post(b"Content-Length: %d\r\n" % len(BODY), BODY,
                            b"Connection: upgrade\r\nUpgrade: websocket\r\n") + HEALTH,
         "no body": (b"GET /v1/health HTTP/1.1\r\nHost: x\r\n" + OFFER + b"\r\n") + HEALTH,
+        # an empty body, read at once: it waited for body_timeout_secs
+        "empty": _post(b"Content-Length: 0\r\n", b"") + HEALTH,
     }
     with serving(tmp_path) as (gw, up):
         answers = {}
@@ -66,7 +68,9 @@ def test_an_upgrade_offer_is_ignored_and_the_request_served(tmp_path: Path) -> N
 
     for name, answer in answers.items():
         statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", answer)
-        assert statuses == [b"200", b"200"], (name, answer[:600])
+        first = b"400" if name == "empty" else b"200"
+        assert statuses == [first, b"200"], (name, answer[:600])
+    assert b"request body is empty" in answers["empty"]
     assert calls == 4  # every POST reached the upstream with its body
     assert [r.json["messages"] for r in up.requests] == [
         [{"role": "user", "content": "hi"}]] * 4
