@@ -80,14 +80,17 @@ class ConnectionGuard:
 
     def malformed(self, reason: str, error: Exception) -> None:
         """Count a request that is not HTTP/1.1; a WARNING at most every
-        ``LOG_EVERY_SECS`` (the trace too when it was one of our parser callbacks)."""
+        ``LOG_EVERY_SECS``, never a trace (a client can send these at will). A parser
+        callback that raised (uvicorn's, on ``CONNECT host:port``) is at DEBUG with
+        its trace."""
         self.count("malformed")
         self._malformed += 1
+        if isinstance(error, httptools.HttpParserCallbackError):
+            log.debug("a parser callback failed on a request", exc_info=error)
         now = self._now()
         if now - self._malformed_logged_at >= LOG_EVERY_SECS:
             log.warning("refused %d request(s) that are not HTTP/1.1 with 400 (the last: "
-                        "%s)", self._malformed, reason,
-                        exc_info=isinstance(error, httptools.HttpParserCallbackError))
+                        "%s)", self._malformed, reason)
             self._malformed = 0
             self._malformed_logged_at = now
 
@@ -237,7 +240,12 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
             the parser found, counted, and a WARNING at most every ``LOG_EVERY_SECS``.
             uvicorn answered in plain text, counted nothing and logged a WARNING for
             every one, so a client without a key could fill the log."""
-            reason = "".join(c for c in str(error)[:80] if c.isalnum() or c in " ,.:/-")
+            if isinstance(error, httptools.HttpParserCallbackError):  # llhttp took it,
+                # a callback did not (uvicorn's URL parse of CONNECT's host:port)
+                invalid_url = isinstance(error.__context__, httptools.HttpParserInvalidURLError)
+                reason = "Invalid request target" if invalid_url else "Unreadable request"
+            else:  # llhttp's own words, which never quote the request
+                reason = "".join(c for c in str(error)[:80] if c.isalnum() or c in " ,.:/-")
             guard.malformed(reason, error)
             self._stop_reading(_refusal(
                 b"400 Bad Request", "bad_request",

@@ -7,8 +7,8 @@ models misbehave in every way it knows. A third process attacks for
 ``SOAK_SECS``: requests that meet each hostile model (each route fails over to
 a healthy target), clients that leave while waiting, idle connections,
 slowloris heads, multi-megabyte headers, floods without a key and to unknown
-paths. Meanwhile the probe sends small requests one at a time on a healthy
-route. At the end:
+paths, requests that are not HTTP/1.1. Meanwhile the probe sends small
+requests one at a time on a healthy route. At the end:
 
 - the probe saw no error and its p99 stayed within twice its quiet figure
   (plus ``tests.support.probe.SLACK_SECS`` for a shared 2-core machine);
@@ -165,13 +165,33 @@ async def _keyless(port: int, stop: float, seen: Counter) -> None:
             await asyncio.sleep(0.002)
 
 
+async def _malformed(port: int, stop: float, seen: Counter) -> None:
+    """Requests that are not HTTP/1.1, one connection each."""
+    bad = (b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-A : a\r\n\r\n",
+           b"CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\n\r\n",
+           b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+    n = 0
+    while time.monotonic() < stop:
+        n += 1
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(bad[n % len(bad)])
+            status = (await asyncio.wait_for(reader.read(64), 5))[9:12]
+            seen[f"malformed:{status.decode() or 'closed'}"] += 1
+            writer.close()
+        except (OSError, TimeoutError):
+            seen["malformed:cut"] += 1
+        await asyncio.sleep(0.01)
+
+
 async def _attack(port: int, secs: float) -> Counter:
     seen: Counter = Counter()
     stop = time.monotonic() + secs
     await asyncio.gather(
         *(_hostile_requests(port, m, stop, seen) for m in HOSTILE),
         _idle(port, stop, seen), _slowloris(port, stop, seen),
-        _huge_headers(port, stop, seen), _keyless(port, stop, seen))
+        _huge_headers(port, stop, seen), _keyless(port, stop, seen),
+        _malformed(port, stop, seen))
     return seen
 
 
@@ -231,11 +251,15 @@ def test_every_attack_at_once_leaves_the_probe_served(tmp_path: Path) -> None:
             assert not unexpected, report
             assert seen["keyless:401"] + seen["keyless:404"] > 100, report
             assert seen["headers:431"] + seen["headers:cut"] + seen["headers:closed"] > 0, report
+            assert seen["malformed:400"] > 100 and seen["malformed:400"] >= 0.9 * sum(
+                n for k, n in seen.items() if k.startswith("malformed:")), report
 
             after = Probe(gw.url, "ok", headers={"authorization": f"Bearer {KEY}"})
             with after:
                 after.measure(5, warmup=0)
         assert "Traceback" not in gw.output(), gw.output()[-4000:]
+        # the malformed requests: a line at most every 10 s, not one each
+        assert gw.output().count("not HTTP/1.1") <= minutes * 6 + 2, gw.output()[-4000:]
         with sqlite3.connect(ledger) as db:
             refused = db.execute(
                 "SELECT count(*) FROM decisions WHERE status IN (401, 404)").fetchone()[0]
