@@ -44,6 +44,16 @@ log = logging.getLogger("humpyard.request")
 CLIENT_GONE = HumpyardError("the client went away before the answer was complete",
                             status=499, code="client_closed")
 INTERNAL = HumpyardError("internal error; see the gateway log")
+SERVER_STOPPED = HumpyardError("the gateway stopped before the answer was complete; "
+                               "retry", status=503, code="server_stopping")
+"""The record of a request the server stopped (``[server] stop_timeout_secs`` after
+SIGTERM, or a second signal), and the message its task is cancelled with."""
+
+
+def stopped(e: BaseException) -> bool:
+    """Whether a cancellation is the server stopping (``task.cancel(SERVER_STOPPED)``),
+    not the client leaving."""
+    return bool(e.args) and e.args[0] is SERVER_STOPPED
 
 
 class Recording:
@@ -118,7 +128,8 @@ class Recording:
         elif isinstance(e, HumpyardError):
             self.close(status=e.status, error=e)
         elif isinstance(e, asyncio.CancelledError):
-            self.close(status=CLIENT_GONE.status, error=CLIENT_GONE)
+            error = SERVER_STOPPED if stopped(e) else CLIENT_GONE
+            self.close(status=error.status, error=error)
         else:
             self.close(status=500, error=INTERNAL)
 
@@ -166,7 +177,7 @@ def recording(gw: RequestServices, call: Call) -> Recording:
 
     The record is written when the block ends, however it ends: a
     ``HumpyardError`` is recorded with its status, any other exception as a
-    500, a cancellation (the client gone, the server stopping) as 499, and
+    500, a cancellation as 499 (the client gone) or 503 (the server stopping), and
     the exception then propagates. A block that ends normally, or fails while
     the answer is being sent (``replying``: the answer was given, the client
     is gone), records 200 with what ``answered``/``watch`` saw, unless the

@@ -317,7 +317,8 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
         if h.out.dropped:
             gw.metrics.log_lines_dropped.inc(h.out.dropped)
     tasks = [asyncio.create_task(flush_periodically(h)) for h in sinks]
-    tasks.append(asyncio.create_task(_exit_on(stop, server)))
+    tasks.append(asyncio.create_task(
+        _exit_on(stop, server, lambda: gw.config.server.stop_timeout_secs)))
     tasks.append(asyncio.create_task(guard.sweep()))
     if cfg.reload_poll_secs > 0 and published is None:  # a worker's parent watches
         tasks.append(asyncio.create_task(_poll_config(reloader, gw)))
@@ -369,12 +370,15 @@ def _own_stop_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event,
 
 
 async def _finish_forced(server: Any) -> None:
-    """After a forced stop (a second signal), which leaves the requests still open
-    running and skips the lifespan's shutdown: cancel them, then shut the app down
+    """After a forced stop (a second signal, or ``stop_timeout_secs`` passed), which
+    leaves the requests still open running and skips the lifespan's shutdown: cancel
+    them as stopped by the server (each is recorded as a 503 and its client answered
+    one, or its stream ended: ``recording.SERVER_STOPPED``), then shut the app down
     (the gateway closes its ledger writer, upstream client and store)."""
+    from humpyard.recording import SERVER_STOPPED
     tasks = list(server.server_state.tasks)
     for t in tasks:
-        t.cancel()
+        t.cancel(msg=SERVER_STOPPED)
     await asyncio.gather(*tasks, return_exceptions=True)
     lifespan = getattr(server, "lifespan", None)
     done = getattr(lifespan, "shutdown_event", None)
@@ -382,9 +386,18 @@ async def _finish_forced(server: Any) -> None:
         await lifespan.shutdown()  # type: ignore[union-attr]
 
 
-async def _exit_on(stop: asyncio.Event, server: Any) -> None:
+async def _exit_on(stop: asyncio.Event, server: Any, limit: Callable[[], float]) -> None:
+    """Stop ``server`` once ``stop`` is set, waiting for the requests still open at
+    most ``limit()`` seconds (``[server] stop_timeout_secs``); then stop them."""
     await stop.wait()
     server.should_exit = True
+    secs = limit()
+    await asyncio.sleep(secs)
+    if not server.force_exit:
+        log.warning("%d request(s) still open %g s after the stop ([server] "
+                    "stop_timeout_secs); stopping them, each recorded as a 503",
+                    len(server.server_state.tasks), secs)
+        server.force_exit = True
 
 
 async def _poll_config(reloader: object, gw: object) -> None:

@@ -43,8 +43,9 @@ The parent process serves nothing itself. It
   (each reloads what was published), a bad one is logged and no worker is
   told, so the old configuration keeps serving everywhere;
 - on SIGTERM or SIGINT passes SIGTERM to every worker, each drains its
-  requests and closes its ledger writer, waits for them all and exits 0 (a
-  worker still running after ``DRAIN_SECS`` is killed).
+  requests (stopping those still open after ``[server] stop_timeout_secs``, each
+  recorded) and closes its ledger writer, waits for them all and exits 0 (a
+  worker still running ``DRAIN_MARGIN_SECS`` after that is killed).
 
 A worker writes a byte to its parent every second from its event loop
 (``worker_side.beat``, a pipe of its own); one silent for ``[server]
@@ -71,7 +72,7 @@ from dataclasses import dataclass, field
 
 from humpyard.config import load_config
 from humpyard.config.files import ConfigFiles
-from humpyard.config.spec import Config
+from humpyard.config.spec import Config, ServerSpec
 from humpyard.errors import ConfigError, HumpyardError
 from humpyard.logsink import drain_all
 from humpyard.published_config import publish_config
@@ -90,7 +91,7 @@ RESTART_BACKOFF_SECS = 0.5
 MAX_RESTART_BACKOFF_SECS = 10.0
 STABLE_SECS = 10.0
 STARTUP_SECS = 30.0  # a new worker's allowance, beyond the timeout, before its first beat
-DRAIN_SECS = 60.0
+DRAIN_MARGIN_SECS = 30.0  # beyond [server] stop_timeout_secs: the ledger written out
 BACKLOG = 2048
 POLL_SECS = 0.05
 PARENT_GAP_SECS = 1.0  # the parent's own loop silent this long: it was stopped itself
@@ -353,12 +354,15 @@ class Supervisor:
         running = [w.proc for w in self.workers if w.proc is not None and w.proc.poll() is None]
         for p in running:
             p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + DRAIN_SECS
+        # a worker stops its own open requests after stop_timeout_secs, recording them
+        server = self.config.server if self.config is not None else ServerSpec()
+        drain = server.stop_timeout_secs + DRAIN_MARGIN_SECS
+        deadline = time.monotonic() + drain
         for p in running:
             try:
                 p.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 log.error("worker pid %d still running after %.0f s; killing it", p.pid,
-                          DRAIN_SECS)
+                          drain)
                 p.kill()
                 p.wait()

@@ -303,6 +303,34 @@ def test_no_decision_lost_across_workers_and_sigterm_drains_both(tmp_path: Path,
     assert "not written" not in server.output()
 
 
+def test_a_stop_with_requests_open_records_them_and_exits_in_time(tmp_path: Path,
+                                                                 upstream: FakeUpstream):
+    """SIGTERM with a request open on a worker that would take 60 s: the parent
+    killed the worker after 60 s, and the request was never recorded. The worker now
+    stops it after ``[server] stop_timeout_secs``, records it as a 503, answers its
+    client the 503 and exits; the parent exits 0 long before its kill."""
+    upstream.script(delay(60))
+    cfg = write_config(tmp_path, "[server]\nstop_timeout_secs = 1\n" + target(upstream.url))
+    server = start(cfg, tmp_path)
+    answers: list[httpx.Response] = []
+    t = threading.Thread(target=lambda: answers.append(post(server.url)), daemon=True)
+    try:
+        t.start()
+        assert upstream.wait_for_requests(1, 10)
+        started = time.monotonic()
+        code = server.stop()
+        took = time.monotonic() - started
+    finally:
+        server.kill()
+    t.join(10)
+    assert code == 0 and took < 25, (code, took)
+    assert [r.status_code for r in answers] == [503], answers
+    rid = answers[0].headers["x-humpyard-request-id"]
+    assert _rows(tmp_path / "ledger.db", "SELECT request_id, status FROM decisions") == [
+        (rid, 503)]
+    assert "killing it" not in server.output() and "Traceback" not in server.output()
+
+
 def test_kill_9_of_one_worker_loses_at_most_its_last_batch(tmp_path: Path,
                                                           upstream: FakeUpstream):
     cfg = write_config(tmp_path, target(upstream.url))

@@ -96,11 +96,13 @@ def test_a_second_signal_stops_without_waiting_for_open_requests(tmp_path: Path)
         server = ServeProcess(cfg, tmp_path / "serve.log").start()
         assert server.proc is not None
         errors: list[BaseException] = []
+        answers: list[httpx.Response] = []
 
         def slow() -> None:
             try:
-                httpx.post(server.url + "/v1/chat/completions", timeout=20, json={
-                    "model": MODEL, "messages": [{"role": "user", "content": "slow"}]})
+                answers.append(httpx.post(server.url + "/v1/chat/completions", timeout=20,
+                                          json={"model": MODEL, "messages": [
+                                              {"role": "user", "content": "slow"}]}))
             except httpx.HTTPError as e:
                 errors.append(e)
 
@@ -121,6 +123,64 @@ def test_a_second_signal_stops_without_waiting_for_open_requests(tmp_path: Path)
         t.join(20)
     assert code == 0
     assert server.output().rstrip().endswith("humpyard stopped")
+    # The stopped request: its client was told 503 in its protocol's shape and it is
+    # recorded as such. It got uvicorn's plain-text 500, was recorded as a client that
+    # left (499), and the log held a CancelledError's trace.
+    assert "Traceback" not in server.output(), server.output()[-3000:]
+    assert not errors and len(answers) == 1, (errors, answers)
+    [answer] = answers
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["error"]["code"] == "server_stopping"
+    with sqlite3.connect(tmp_path / "ledger.db") as db:
+        assert db.execute("SELECT request_id, status FROM decisions").fetchall() == [
+            (answer.headers["x-humpyard-request-id"], 503)]
+
+
+def test_requests_still_open_after_the_stop_timeout_are_stopped(tmp_path: Path) -> None:
+    """SIGTERM waited for every open request however long it ran (a 15-minute stream
+    held the stop for 15 minutes, and ``serve --workers`` killed a worker still busy
+    after 60 s, its ledger's last second and its open requests unrecorded). After
+    ``[server] stop_timeout_secs`` the requests still open are stopped: a streamed one
+    ends, a buffered one is answered 503, each is recorded as a 503, and the exit is
+    0 with the log and the ledger written."""
+    import threading
+
+    with FakeUpstream() as up:
+        up.script(delay(60), delay(60))
+        cfg = write_config(tmp_path, up.url, "stop_timeout_secs = 1")
+        server = ServeProcess(cfg, tmp_path / "serve.log").start()
+        assert server.proc is not None
+        answers: list[tuple[int, str]] = []
+
+        def ask(stream: bool) -> None:
+            with httpx.stream("POST", server.url + "/v1/chat/completions", timeout=90, json={
+                    "model": MODEL, "stream": stream,
+                    "messages": [{"role": "user", "content": "slow"}]}) as r:
+                answers.append((r.status_code, r.read().decode()))
+
+        threads = [threading.Thread(target=ask, args=(s,), daemon=True) for s in (False, True)]
+        for t in threads:
+            t.start()
+        try:
+            assert up.wait_for_requests(2, 10)
+            started = time.monotonic()
+            server.proc.send_signal(signal.SIGTERM)
+            code = server.proc.wait(30)
+            took = time.monotonic() - started
+        finally:
+            server.kill()
+        for t in threads:
+            t.join(10)
+    log = server.output()
+    assert code == 0, log[-3000:]
+    assert took < 20, took  # the requests would have taken 60 s
+    assert "still open 1 s after the stop" in log and "Traceback" not in log, log[-3000:]
+    statuses = sorted(status for status, _ in answers)
+    # the buffered one: 503; the stream: its 200 head (sent early, before the first
+    # content) and then its end
+    assert statuses == [200, 503], answers
+    with sqlite3.connect(tmp_path / "ledger.db") as db:
+        assert sorted(s for (s,) in db.execute("SELECT status FROM decisions")) == [503, 503]
 
 
 def test_a_stop_does_not_wait_for_a_refused_body_still_arriving(tmp_path: Path) -> None:

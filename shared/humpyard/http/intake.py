@@ -48,7 +48,7 @@ from humpyard.http.reply import (
 from humpyard.keys import authenticate
 from humpyard.protocols.openai import validate_chat
 from humpyard.protocols.sse import SSEEvent
-from humpyard.recording import INTERNAL, Recording, recording
+from humpyard.recording import INTERNAL, SERVER_STOPPED, Recording, recording, stopped
 from humpyard.records import Call, Served, issued_at, new_request_id
 from humpyard.services import RequestServices
 
@@ -120,6 +120,8 @@ async def take(gw: RequestServices, protocol: ClientProtocol, scope: Scope, rece
     call = Call(request_id=rid, config=gw.config, key=None, headers={}, body={},
                 protocol=protocol.name, ts=issued_at(rid, now))
     watch: ClientWatch | None = None
+    rec: Recording | None = None
+    early: EarlyHead | None = None
     try:
         async with recording(gw, call) as rec:
             call.headers = header_dict(scope["headers"])
@@ -190,20 +192,39 @@ async def take(gw: RequestServices, protocol: ClientProtocol, scope: Scope, rece
                 rec.close(status=200)
             rec.replying = True
             await send_reply(send, reply)
-    except asyncio.CancelledError:
+    except asyncio.CancelledError as e:
         if watch is not None and watch.ours():
             return  # the client left: recorded (499), nobody to answer
-        raise
+        if not stopped(e):
+            raise
+        # The server stopped it (recorded as 503): the client is told, and the request
+        # ends here rather than as uvicorn's 500 and a trace in the log.
+        started = (rec is not None and rec.replying) or (early is not None and early.started)
+        await _answer_stopped(send, protocol, rid, started)
     except HumpyardError as e:
-        if rec.replying:
+        if rec is not None and rec.replying:
             raise
         await send_reply(send, error_reply(e, shape=protocol.errors,
                                            headers=route_headers(call, None)))
     except Exception as e:  # noqa: BLE001 - answered as a 500, logged with its trace
-        if rec.replying:
+        if rec is not None and rec.replying:
             raise  # the answer is out (or the client gone): nothing more to send
         await send_reply(send, internal_reply(e, shape=protocol.errors,
                                               headers={"x-humpyard-request-id": rid}))
+
+
+async def _answer_stopped(send: Send, protocol: ClientProtocol, rid: str,
+                          started: bool) -> None:
+    """The 503 of a request the server stopped, in the protocol's shape; or, once its
+    answer began, the end of the answer (a client sees an event stream cut short)."""
+    try:
+        if started:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        else:
+            await send_reply(send, error_reply(SERVER_STOPPED, shape=protocol.errors,
+                                               headers={"x-humpyard-request-id": rid}))
+    except Exception:  # noqa: BLE001 - the connection went with the server: nothing to tell
+        pass
 
 
 class _Direct:
