@@ -132,6 +132,14 @@ async def _slowloris(port: int, stop: float, seen: Counter) -> None:
     await asyncio.gather(*(one() for _ in range(SLOWLORIS)))
 
 
+async def _count_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        seen: Counter, kind: str) -> None:
+    """Count the status the connection was answered with (``closed``: none), and close."""
+    status = (await asyncio.wait_for(reader.read(64), 5))[9:12]
+    seen[f"{kind}:{status.decode() or 'closed'}"] += 1
+    writer.close()
+
+
 async def _huge_headers(port: int, stop: float, seen: Counter) -> None:
     piece = b"X-Big: " + b"a" * (64 * 1024) + b"\r\n"
     while time.monotonic() < stop:
@@ -143,9 +151,7 @@ async def _huge_headers(port: int, stop: float, seen: Counter) -> None:
                 writer.write(piece)
                 await writer.drain()
                 sent += len(piece)
-            status = (await asyncio.wait_for(reader.read(64), 5))[9:12]
-            seen[f"headers:{status.decode() or 'closed'}"] += 1
-            writer.close()
+            await _count_answer(reader, writer, seen, "headers")
         except (OSError, TimeoutError):
             seen["headers:cut"] += 1
         await asyncio.sleep(0.5)
@@ -176,9 +182,7 @@ async def _malformed(port: int, stop: float, seen: Counter) -> None:
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(bad[n % len(bad)])
-            status = (await asyncio.wait_for(reader.read(64), 5))[9:12]
-            seen[f"malformed:{status.decode() or 'closed'}"] += 1
-            writer.close()
+            await _count_answer(reader, writer, seen, "malformed")
         except (OSError, TimeoutError):
             seen["malformed:cut"] += 1
         await asyncio.sleep(0.01)
