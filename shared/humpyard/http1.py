@@ -1,9 +1,9 @@
 """Two HTTP/1.1 requests uvicorn's httptools protocol reads wrong, read right.
 
 An offer to change protocol is read as HTTP/1.1 all the same
-(``resume_after_upgrade``). ``curl --http2`` on a plain-http URL, and Java's
-``HttpClient`` on the first request of a connection, send ``Connection: Upgrade``
-and ``Upgrade: h2c`` with their request, a POST and its body included. The
+(``resume_after_upgrade``). ``curl --http2`` on a plain-http URL sends
+``Connection: Upgrade`` and ``Upgrade: h2c`` with its request, a POST and its body
+included (other HTTP/2 clients offer ``h2c`` on plain http as well). The
 gateway speaks HTTP/1.1 only and may ignore the offer (RFC 9110, 7.8). httptools
 cannot: it ends the request at its head and stops (``HttpParserUpgrade`` at the
 head's end), so the body was never read (a 400 "request body is empty"), the

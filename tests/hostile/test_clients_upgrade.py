@@ -1,14 +1,14 @@
 """A request that offers to change protocol (``Upgrade``) is served as HTTP/1.1.
 
-Seen by running ``humpyard serve``: ``curl --http2 -d @body.json http://...`` (and
-Java's ``HttpClient``, which offers ``h2c`` on the first request of a plain-http
-connection) sends ``Connection: Upgrade, HTTP2-Settings`` and ``Upgrade: h2c``
-with its POST. The HTTP parser took the request as ending at its head: the body
-was never read, the gateway answered 400 "request body is empty", and two
-WARNING lines per request went to the log. A request pipelined after an
-upgrade offer in the same write was never answered. A server may ignore an
-``Upgrade`` (RFC 9110, 7.8): the gateway speaks HTTP/1.1 and nothing else, so it
-now reads the body and the requests after it as HTTP/1.1, and logs nothing.
+Seen by running ``humpyard serve``: ``curl --http2 -d @body.json http://...``
+sends ``Connection: Upgrade, HTTP2-Settings`` and ``Upgrade: h2c`` with its POST
+(other HTTP/2 clients offer ``h2c`` on plain http too). The HTTP parser took
+the request as ending at its head: the body was never read, the gateway
+answered 400 "request body is empty", and two WARNING lines per request went
+to the log. A request pipelined after an upgrade offer in the same write was
+never answered. A server may ignore an ``Upgrade`` (RFC 9110, 7.8): the
+gateway speaks HTTP/1.1 and nothing else, so it now reads the body and the
+requests after it as HTTP/1.1, and logs nothing.
 """
 
 from __future__ import annotations
