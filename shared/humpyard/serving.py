@@ -58,8 +58,9 @@ class HeadHoldingTransport:
         # Set by the connection guard (``connections.py``) to the body timeout it cut
         # the request's body at; the intake's body reader names it (``http/body.py``).
         self.body_timed_out: float | None = None
-        # Set by the connection guard when the server's close of this connection is
-        # to linger (a half-close, the client's late bytes read and dropped).
+        # Set by the connection guard: the server's first close of this connection
+        # goes through it, which may make it linger (a half-close, the client's late
+        # bytes read and dropped: ``connections.py``, ``_closed_by_server``).
         self.closing: Callable[[], None] | None = None
 
     def watch_lost(self, callback: Callable[[], None]) -> None:
@@ -393,10 +394,11 @@ async def _exit_on(stop: asyncio.Event, server: Any, limit: Callable[[], float])
     server.should_exit = True
     secs = limit()
     await asyncio.sleep(secs)
-    if not server.force_exit:
-        log.warning("%d request(s) still open %g s after the stop ([server] "
-                    "stop_timeout_secs); stopping them, each recorded as a 503",
-                    len(server.server_state.tasks), secs)
+    if not server.force_exit:  # still waiting (for requests, or connections to close)
+        if server.server_state.tasks:
+            log.warning("%d request(s) still open %g s after the stop ([server] "
+                        "stop_timeout_secs); stopping them, each recorded as a 503",
+                        len(server.server_state.tasks), secs)
         server.force_exit = True
 
 

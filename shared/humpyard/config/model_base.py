@@ -18,5 +18,5 @@ ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 class _Strict(BaseModel):
     # inf and nan are TOML numbers; no setting means either (an infinite price made
-    # every request unaffordable, an infinite budget read as a number in /v1/config)
+    # every budgeted request unaffordable, and /v1/config cannot show either as JSON)
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
