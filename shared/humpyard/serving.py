@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from humpyard.connections import ConnectionGuard, guarded
 from humpyard.open_files import raise_open_files_limit
+from humpyard.stopping import exit_on, finish_forced, own_stop_signals
 
 log = logging.getLogger("humpyard")
 T = TypeVar("T")
@@ -240,7 +241,7 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
     own_signals = stop is None
     if stop is None:
         stop = asyncio.Event()
-        _own_stop_signals(loop, stop, lambda: server)
+        own_stop_signals(loop, stop, lambda: server)
     published = None
     if worker_dir is not None:  # the parent's checked configuration, never the file
         from humpyard.published_config import PublishedConfig
@@ -319,7 +320,7 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
             gw.metrics.log_lines_dropped.inc(h.out.dropped)
     tasks = [asyncio.create_task(flush_periodically(h)) for h in sinks]
     tasks.append(asyncio.create_task(
-        _exit_on(stop, server, lambda: gw.config.server.stop_timeout_secs)))
+        exit_on(stop, server, lambda: gw.config.server.stop_timeout_secs)))
     tasks.append(asyncio.create_task(guard.sweep()))
     if cfg.reload_poll_secs > 0 and published is None:  # a worker's parent watches
         tasks.append(asyncio.create_task(_poll_config(reloader, gw)))
@@ -345,61 +346,13 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         if getattr(server, "force_exit", False):
-            await _finish_forced(server)
+            await finish_forced(server)
         gw.writer.close()  # written out already, unless the lifespan failed: a no-op
         if shared_metrics is not None:
             write_snapshot(shared_metrics)  # this worker's last counts
         if own_signals:
             log.info("humpyard stopped")
             drain_all(wait=EXIT_WAIT_SECS)
-
-
-def _own_stop_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event,
-                      server: Callable[[], Any]) -> None:
-    """SIGINT and SIGTERM set ``stop``; a second one also tells ``server()`` to stop
-    without waiting for the requests still open."""
-    def on_signal() -> None:
-        if stop.is_set() and server() is not None:
-            server().force_exit = True
-        stop.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, on_signal)
-        except (NotImplementedError, AttributeError, RuntimeError):  # not the main thread
-            pass
-
-
-async def _finish_forced(server: Any) -> None:
-    """After a forced stop (a second signal, or ``stop_timeout_secs`` passed), which
-    leaves the requests still open running and skips the lifespan's shutdown: cancel
-    them as stopped by the server (each is recorded as a 503 and its client answered
-    one, or its stream ended: ``recording.SERVER_STOPPED``), then shut the app down
-    (the gateway closes its ledger writer, upstream client and store)."""
-    from humpyard.recording import SERVER_STOPPED
-    tasks = list(server.server_state.tasks)
-    for t in tasks:
-        t.cancel(msg=SERVER_STOPPED)
-    await asyncio.gather(*tasks, return_exceptions=True)
-    lifespan = getattr(server, "lifespan", None)
-    done = getattr(lifespan, "shutdown_event", None)
-    if done is not None and not done.is_set():
-        await lifespan.shutdown()  # type: ignore[union-attr]
-
-
-async def _exit_on(stop: asyncio.Event, server: Any, limit: Callable[[], float]) -> None:
-    """Stop ``server`` once ``stop`` is set, waiting for the requests still open at
-    most ``limit()`` seconds (``[server] stop_timeout_secs``); then stop them."""
-    await stop.wait()
-    server.should_exit = True
-    secs = limit()
-    await asyncio.sleep(secs)
-    if not server.force_exit:  # still waiting (for requests, or connections to close)
-        if server.server_state.tasks:
-            log.warning("%d request(s) still open %g s after the stop ([server] "
-                        "stop_timeout_secs); stopping them, each recorded as a 503",
-                        len(server.server_state.tasks), secs)
-        server.force_exit = True
 
 
 async def _poll_config(reloader: object, gw: object) -> None:
