@@ -22,6 +22,7 @@ body came closes its connection (``close_if_answered_unread``).
 
 from __future__ import annotations
 
+from types import MethodType
 from typing import Any
 
 import httptools
@@ -79,12 +80,13 @@ def close_if_answered_unread(cycle: Any) -> None:
     ``_closed_by_server``): what the client sends meanwhile is dropped, not met with
     a reset that could cost it the answer. A client that sent its body without
     waiting (some of it has come) keeps its connection; the rest is read and
-    dropped."""
+    dropped. The wrapper is a method of the cycle, as uvicorn's ``send`` is, so a
+    stream's direct relay still finds the cycle under it (``http/reply.py``)."""
     send = cycle.send
 
-    async def send_closing(message: Any) -> None:
-        if (cycle.waiting_for_100_continue and cycle.more_body and not cycle.body
+    async def send_closing(self: Any, message: Any) -> None:
+        if (self.waiting_for_100_continue and self.more_body and not self.body
                 and message["type"] == "http.response.start"):
-            cycle.keep_alive = False  # uvicorn adds connection: close and closes after
+            self.keep_alive = False  # uvicorn adds connection: close and closes after
         await send(message)
-    cycle.send = send_closing
+    cycle.send = MethodType(send_closing, cycle)

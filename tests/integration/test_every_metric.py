@@ -451,3 +451,25 @@ endpoints = [{ provider = "p", model = "m" }]
         m = scrape(gw)
     # the reads after the first content that name neither usage nor error, nor end it
     assert m['humpyard_stream_direct_writes_total{protocol="openai"}'] >= 2
+
+
+def test_a_stream_asked_with_expect_is_relayed_directly_too() -> None:
+    """A request with ``Expect: 100-continue`` has its ``send`` wrapped (an answer
+    before its body closes the connection: ``http1.py``); the wrapper once hid the
+    cycle from the direct relay, and such streams all went through the request's
+    task."""
+    from tests.support.rawserver import CLOSE, Pause, RawServer
+    from tests.wire.test_relay_cuts import EVENTS, HEAD
+    script = [HEAD, *[x for e in EVENTS for x in (e, Pause(0.01))], CLOSE]
+    with RawServer(script) as up, running_gateway(providers(p=up.url) + """
+[targets.t]
+endpoints = [{ provider = "p", model = "m" }]
+""", own_server=True) as gw:
+        with gw.client() as c:
+            r = c.post("/v1/chat/completions", headers={"expect": "100-continue"},
+                       json={"model": "t", "messages": MSG, "stream": True,
+                             "stream_options": {"include_usage": True}})
+        assert r.status_code == 200 and b"[DONE]" in r.content
+        gw.recorded(1)
+        m = scrape(gw)
+    assert m['humpyard_stream_direct_writes_total{protocol="openai"}'] >= 2
