@@ -195,45 +195,48 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
                     self._linger.cancel()  # the close waits for the client to stop
                     self._linger = self.loop.call_later(LINGER_SECS, self.transport.close)
                 return
-            n = len(data)
-            if self.head_bytes + n > self.max_head and self._at_head():
-                # A read that may hold a whole oversized head (reads are up to
-                # 256 KiB): measure the head up to its end before parsing any of it.
-                end = data.find(b"\r\n\r\n")
-                size = (self.head_bytes if self.head_since is not None else 0) + (
-                    end + 4 if end >= 0 else n)
-                if size > self.max_head:
-                    self._head_too_large()
+            while True:  # more than once only when an upgrade offer cut a read short
+                n = len(data)
+                if self.head_bytes + n > self.max_head and self._at_head():
+                    # A read that may hold a whole oversized head (reads are up to
+                    # 256 KiB): measure the head up to its end before parsing any of it.
+                    end = data.find(b"\r\n\r\n")
+                    size = (self.head_bytes if self.head_since is not None else 0) + (
+                        end + 4 if end >= 0 else n)
+                    if size > self.max_head:
+                        self._head_too_large()
+                        return
+                self._began = self._body_seen = False
+                # uvicorn's own data_received, its two exceptions answered here
+                self._unset_keepalive_if_required()
+                try:
+                    self.parser.feed_data(data)
+                except httptools.HttpParserUpgrade as cut:  # an offer cut the read short
+                    resume_after_upgrade(self)
+                    if self.cycle.more_body:  # its body is read as ever
+                        self.body_since = self.loop.time()
+                    at = cut.args[0] if cut.args else n
+                    if at >= n or self.refused:
+                        return
+                    data = data[at:]  # the rest of the read, as a read of its own
+                    continue
+                except httptools.HttpParserError as e:
+                    self._malformed(e)
                     return
-            self._began = self._body_seen = False
-            # uvicorn's own data_received, its two exceptions answered here
-            self._unset_keepalive_if_required()
-            try:
-                self.parser.feed_data(data)
-            except httptools.HttpParserUpgrade as cut:  # an offer cut the read short
-                resume_after_upgrade(self)
-                if self.cycle.more_body:  # its body is read as ever
-                    self.body_since = self.loop.time()
-                at = cut.args[0] if cut.args else n
-                if at < n:
-                    self.data_received(data[at:])
+                if self.head_since is not None and not self.transport.is_closing():
+                    if not self._began:  # the whole read is more of the same head
+                        self.head_bytes += n
+                    elif not self._body_seen:
+                        # Pipelined requests: the head begun in this read is what follows
+                        # the last complete head in it (it has no end of its own yet).
+                        end = data.rfind(b"\r\n\r\n")
+                        self.head_bytes = n - (end + 4) if end >= 0 else n
+                    # else a body ended in this read before the head began: where is not
+                    # known, so this read is not counted (at most one read; the next ones
+                    # are, and the header timeout still runs)
+                    if self.head_bytes > self.max_head:
+                        self._head_too_large()
                 return
-            except httptools.HttpParserError as e:
-                self._malformed(e)
-                return
-            if self.head_since is not None and not self.transport.is_closing():
-                if not self._began:  # the whole read is more of the same head
-                    self.head_bytes += n
-                elif not self._body_seen:
-                    # Pipelined requests: the head begun in this read is what follows
-                    # the last complete head in it (it has no end of its own yet).
-                    end = data.rfind(b"\r\n\r\n")
-                    self.head_bytes = n - (end + 4) if end >= 0 else n
-                # else a body ended in this read before the head began: where is not
-                # known, so this read is not counted (at most one read; the next ones
-                # are, and the header timeout still runs)
-                if self.head_bytes > self.max_head:
-                    self._head_too_large()
 
         def _malformed(self, error: Exception) -> None:
             """Bytes that are not HTTP/1.1 (the parser's ``error``): a 400 naming what

@@ -90,3 +90,20 @@ def test_curl_offering_http2_gets_its_answer(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["choices"][0]["message"]["content"], run.stdout
     assert len(up.requests) == 1
+
+
+def test_many_offers_in_one_write_are_each_served(tmp_path: Path) -> None:
+    """3,000 pipelined requests, each with an upgrade offer, in one write: each offer
+    read on the rest of the read one level deeper, past Python's recursion limit, so
+    the connection was reset with none answered and the log took a 7,911-line trace.
+    Every one is answered now, and the log holds no trace."""
+    offer = b"GET /v1/health HTTP/1.1\r\nHost: x\r\n" + OFFER + b"\r\n"
+    n = 3000
+    with serving(tmp_path) as (gw, _):
+        s = connect(gw.port)
+        s.sendall(offer * n + HEALTH)
+        answer = read_answer(s, 60.0)
+        s.close()
+        log = (tmp_path / "serve.log").read_text()
+    assert len(re.findall(rb"HTTP/1\.1 200 ", answer)) == n + 1
+    assert "Traceback" not in log, log[-2000:]
