@@ -248,7 +248,7 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
                 invalid_url = isinstance(error.__context__, httptools.HttpParserInvalidURLError)
                 reason = "Invalid request target" if invalid_url else "Unreadable request"
             else:  # llhttp's own words, which never quote the request
-                reason = "".join(c for c in str(error)[:80] if c.isalnum() or c in " ,.:/-")
+                reason = "".join(c for c in str(error)[:80] if c.isalnum() or c in " ,.:/-'")
             guard.malformed(reason, error)
             self._stop_reading(_refusal(
                 b"400 Bad Request", "bad_request",

@@ -26,6 +26,9 @@ CASES = {
     "lowercase method": (b"post /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n",
                          "Invalid method"),
     "HTTP/2 preface": (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "PRI"),
+    "length and chunked": (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                           b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+                           "Transfer-Encoding can't be present with Content-Length"),
     # llhttp takes it; uvicorn's reading of its target fails: named, not quoted
     "CONNECT": (b"CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\n\r\n", "Invalid request target"),
 }
