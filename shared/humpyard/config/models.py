@@ -265,7 +265,7 @@ class Server(_Strict):
     max_connections: int | None = Field(default=None, ge=1, le=10_000_000)
     keepalive_timeout_secs: float = Field(default=30, gt=0, le=3600)
     worker_timeout_secs: float = Field(default=30, ge=2, le=3600)
-    stop_timeout_secs: float = Field(default=25, gt=0, le=3600)
+    stop_timeout_secs: float = Field(default=60, gt=0, le=3600)
 
 
 class Budget(_Strict):

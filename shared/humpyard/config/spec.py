@@ -114,7 +114,7 @@ class ServerSpec:
     max_connections: int | None = None
     keepalive_timeout_secs: float = 30
     worker_timeout_secs: float = 30  # serve --workers: a worker silent this long is replaced
-    stop_timeout_secs: float = 25  # SIGTERM: requests still open this long after are stopped
+    stop_timeout_secs: float = 60  # SIGTERM: requests still open this long after are stopped
 
 
 @dataclass(frozen=True, slots=True)
