@@ -21,7 +21,8 @@ from typing import Any
 
 import httptools
 
-from humpyard.http1 import close_if_answered_unread, resume_after_upgrade
+from humpyard.http1 import close_if_answered_unread, malformed_reason, resume_after_upgrade
+from humpyard.logsink import Sampled
 from humpyard.open_files import connection_cap
 
 log = logging.getLogger("humpyard")
@@ -31,7 +32,8 @@ LINGER_SECS = 1.0
 sends after its answer: closing a socket with unread bytes sends a reset, and the
 client would see the reset instead of the answer."""
 LOG_EVERY_SECS = 10.0
-"""At most one WARNING per this many seconds about connections refused at the cap."""
+"""At most one WARNING per this many seconds about connections refused at the cap, and
+one about requests that are not HTTP/1.1 (``logsink.Sampled``)."""
 
 
 def _refusal(status: bytes, code: str, message: str) -> bytes:
@@ -58,9 +60,9 @@ class ConnectionGuard:
         # Connections refused at the cap, still draining, oldest first.
         self.lingering: dict[Any, None] = {}
         self._cap_for: tuple[Any, int] = (None, 0)
-        self._unlogged = self._malformed = 0
-        self._logged_at = self._malformed_logged_at = -LOG_EVERY_SECS
-        self._now = now or (lambda: asyncio.get_running_loop().time())
+        clock = now or (lambda: asyncio.get_running_loop().time())
+        self._over_cap = Sampled(clock, LOG_EVERY_SECS)
+        self._malformed = Sampled(clock, LOG_EVERY_SECS)
 
     def cap(self) -> int:
         spec = self.settings()
@@ -84,27 +86,19 @@ class ConnectionGuard:
         callback that raised (uvicorn's, on ``CONNECT host:port``) is at DEBUG with
         its trace."""
         self.count("malformed")
-        self._malformed += 1
         if isinstance(error, httptools.HttpParserCallbackError):
             log.debug("a parser callback failed on a request", exc_info=error)
-        now = self._now()
-        if now - self._malformed_logged_at >= LOG_EVERY_SECS:
+        if n := self._malformed.due():
             log.warning("refused %d request(s) that are not HTTP/1.1 with 400 (the last: "
-                        "%s)", self._malformed, reason)
-            self._malformed = 0
-            self._malformed_logged_at = now
+                        "%s)", n, reason)
 
     def over_cap(self) -> None:
         """Count a connection refused at the cap; a WARNING at most every ``LOG_EVERY_SECS``."""
         self.count("max_connections")
-        self._unlogged += 1
-        now = self._now()
-        if now - self._logged_at >= LOG_EVERY_SECS:
+        if n := self._over_cap.due():
             log.warning("refused %d client connection(s) with 503: %d open, at the [server] "
-                        "max_connections cap of %d (open-files limit %d)", self._unlogged,
+                        "max_connections cap of %d (open-files limit %d)", n,
                         len(self.open), self.cap(), self.nofile)
-            self._unlogged = 0
-            self._logged_at = now
 
     def expire(self, now: float) -> None:
         """Close every connection whose request head is older than the header timeout,
@@ -243,16 +237,11 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
             the parser found, counted, and a WARNING at most every ``LOG_EVERY_SECS``.
             uvicorn answered in plain text, counted nothing and logged a WARNING for
             every one, so a client without a key could fill the log."""
-            if isinstance(error, httptools.HttpParserCallbackError):  # llhttp took it,
-                # a callback did not (uvicorn's URL parse of CONNECT's host:port)
-                invalid_url = isinstance(error.__context__, httptools.HttpParserInvalidURLError)
-                reason = "Invalid request target" if invalid_url else "Unreadable request"
-            else:  # llhttp's own words, which never quote the request
-                reason = "".join(c for c in str(error)[:80] if c.isalnum() or c in " ,.:/-'")
+            reason = malformed_reason(error)
             guard.malformed(reason, error)
             self._stop_reading(_refusal(
                 b"400 Bad Request", "bad_request",
-                f"the request is not valid HTTP/1.1 ({reason or 'unreadable'})"))
+                f"the request is not valid HTTP/1.1 ({reason})"))
 
         def _at_head(self) -> bool:
             """Whether what arrives now is (part of) a request head, not a body: a

@@ -18,6 +18,8 @@ that made such an offer pays the indirection
 
 A request that asked ``Expect: 100-continue`` and is answered before any of its
 body came closes its connection (``close_if_answered_unread``).
+
+Bytes that are not HTTP/1.1 are named in their 400 (``malformed_reason``).
 """
 
 from __future__ import annotations
@@ -90,3 +92,14 @@ def close_if_answered_unread(cycle: Any) -> None:
             self.keep_alive = False  # uvicorn adds connection: close and closes after
         await send(message)
     cycle.send = MethodType(send_closing, cycle)
+
+
+def malformed_reason(error: Exception) -> str:
+    """What the parser's ``error`` says is wrong, never quoting the request: llhttp's
+    own words, or, when llhttp took the request and one of the protocol's callbacks
+    did not (uvicorn's reading of ``CONNECT``'s ``host:port``), what that was."""
+    if isinstance(error, httptools.HttpParserCallbackError):
+        invalid_url = isinstance(error.__context__, httptools.HttpParserInvalidURLError)
+        return "Invalid request target" if invalid_url else "Unreadable request"
+    words = "".join(c for c in str(error)[:80] if c.isalnum() or c in " ,.:/-'")
+    return words or "unreadable"

@@ -28,6 +28,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from humpyard.logpipe import FdWriter
@@ -298,3 +299,25 @@ def setup_logging(level: str = "INFO", *, buffered: bool = False,
     # httpcore's DEBUG trace prints upstream response headers verbatim, and an
     # upstream may echo the provider key (or set cookies) in them.
     logging.getLogger("httpcore").setLevel(logging.INFO)
+
+
+class Sampled:
+    """Events of one kind logged at most once every ``every`` seconds of ``now()``:
+    ``due()`` counts one and says how many to report in a line now, or 0 (a flood a
+    client can send at will writes one line per period, not one per event)."""
+
+    __slots__ = ("_now", "_every", "_unlogged", "_logged_at")
+
+    def __init__(self, now: Callable[[], float], every: float) -> None:
+        self._now = now
+        self._every = every
+        self._unlogged = 0
+        self._logged_at = -every
+
+    def due(self) -> int:
+        self._unlogged += 1
+        now = self._now()
+        if now - self._logged_at < self._every:
+            return 0
+        n, self._unlogged, self._logged_at = self._unlogged, 0, now
+        return n

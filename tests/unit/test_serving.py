@@ -143,3 +143,19 @@ def test_the_connection_cap_leaves_a_reserve_below_the_open_files_limit() -> Non
     assert connection_cap(100, 1024) == 100  # a configured cap below the safe figure
     assert connection_cap(5000, 1024) == 768  # one above it is cut to it
     assert connection_cap(None, 10) >= 8
+
+
+def test_a_sampled_warning_reports_what_it_held_back() -> None:
+    """Refusals at the cap and malformed requests log at most once every 10 s; the line
+    that goes out counts every event since the last one."""
+    from humpyard.connections import LOG_EVERY_SECS
+    from humpyard.logsink import Sampled
+    clock = [1000.0]
+    sampled = Sampled(lambda: clock[0], LOG_EVERY_SECS)
+    assert sampled.due() == 1  # the first is reported at once
+    assert [sampled.due() for _ in range(5)] == [0] * 5
+    clock[0] += LOG_EVERY_SECS - 0.1
+    assert sampled.due() == 0
+    clock[0] += 0.1
+    assert sampled.due() == 7  # the six held back and this one
+    assert sampled.due() == 0
