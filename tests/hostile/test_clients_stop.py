@@ -151,18 +151,21 @@ def test_requests_still_open_after_the_stop_timeout_are_stopped(tmp_path: Path) 
         server = ServeProcess(cfg, tmp_path / "serve.log").start()
         assert server.proc is not None
         answers: list[tuple[int, str]] = []
+        head = threading.Event()  # the stream's early 200 head is out (after 1 s)
 
         def ask(stream: bool) -> None:
             with httpx.stream("POST", server.url + "/v1/chat/completions", timeout=90, json={
                     "model": MODEL, "stream": stream,
                     "messages": [{"role": "user", "content": "slow"}]}) as r:
+                if stream:
+                    head.set()
                 answers.append((r.status_code, r.read().decode()))
 
         threads = [threading.Thread(target=ask, args=(s,), daemon=True) for s in (False, True)]
         for t in threads:
             t.start()
         try:
-            assert up.wait_for_requests(2, 10)
+            assert up.wait_for_requests(2, 10) and head.wait(10)
             started = time.monotonic()
             server.proc.send_signal(signal.SIGTERM)
             code = server.proc.wait(30)
@@ -195,14 +198,18 @@ def test_a_stop_does_not_wait_for_a_refused_body_still_arriving(tmp_path: Path) 
         server = ServeProcess(write_config(tmp_path, up.url), tmp_path / "serve.log").start()
         assert server.proc is not None
         s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-        stop = threading.Event()
+        stop, going = threading.Event(), threading.Event()
 
         def trickle() -> None:
+            sent = 0
             while not stop.is_set():
                 try:
                     s.sendall(bytes(1000))
                 except OSError:
                     return
+                sent += 1
+                if sent == 5:
+                    going.set()
                 stop.wait(0.05)
         try:
             s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
@@ -210,7 +217,7 @@ def test_a_stop_does_not_wait_for_a_refused_body_still_arriving(tmp_path: Path) 
             assert s.recv(65536).startswith(b"HTTP/1.1 413 ")
             t = threading.Thread(target=trickle, daemon=True)
             t.start()
-            time.sleep(0.3)  # the body goes on arriving after its answer
+            assert going.wait(10)  # the body goes on arriving after its answer
             server.proc.send_signal(signal.SIGTERM)
             code = server.proc.wait(15)
         finally:
