@@ -21,7 +21,13 @@ from typing import Any
 
 import httptools
 
-from humpyard.http1 import close_if_answered_unread, malformed_reason, resume_after_upgrade
+from humpyard.http1 import (
+    HeadRefused,
+    check_head,
+    close_if_answered_unread,
+    malformed_reason,
+    resume_after_upgrade,
+)
 from humpyard.logsink import Sampled
 from humpyard.open_files import connection_cap
 
@@ -89,8 +95,8 @@ class ConnectionGuard:
         if isinstance(error, httptools.HttpParserCallbackError):
             log.debug("a parser callback failed on a request", exc_info=error)
         if n := self._malformed.due():
-            log.warning("refused %d request(s) that are not HTTP/1.1 with 400 (the last: "
-                        "%s)", n, reason)
+            log.warning("refused %d request(s) that are not HTTP/1.1 (the last: %s)", n,
+                        reason)
 
     def over_cap(self) -> None:
         """Count a connection refused at the cap; a WARNING at most every ``LOG_EVERY_SECS``."""
@@ -239,6 +245,11 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
             every one, so a client without a key could fill the log."""
             reason = malformed_reason(error)
             guard.malformed(reason, error)
+            refused = error.__context__
+            if isinstance(refused, HeadRefused) and refused.status.startswith(b"505"):
+                self._stop_reading(_refusal(refused.status, "http_version_not_supported",
+                                            reason))
+                return
             self._stop_reading(_refusal(
                 b"400 Bad Request", "bad_request",
                 f"the request is not valid HTTP/1.1 ({reason})"))
@@ -264,6 +275,7 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
             super().on_body(body)
 
         def on_headers_complete(self) -> None:
+            check_head(self.parser.get_http_version(), self.headers)  # else not the app's
             self.head_since = None
             self.head_bytes = 0
             self.body_since = self.loop.time()

@@ -19,11 +19,14 @@ that made such an offer pays the indirection
 A request that asked ``Expect: 100-continue`` and is answered before any of its
 body came closes its connection (``close_if_answered_unread``).
 
-Bytes that are not HTTP/1.1 are named in their 400 (``malformed_reason``).
+Bytes that are not HTTP/1.1 are named in their 400 (``malformed_reason``), and
+so is a head llhttp takes that HTTP/1.1 does not (``check_head``: RFC 9112's Host
+rule, a version other than 1.0 or 1.1).
 """
 
 from __future__ import annotations
 
+import re
 from types import MethodType
 from typing import Any
 
@@ -94,11 +97,52 @@ def close_if_answered_unread(cycle: Any) -> None:
     cycle.send = MethodType(send_closing, cycle)
 
 
+class HeadRefused(Exception):
+    """A request head llhttp parsed that the gateway does not take (``check_head``),
+    raised from the parser's ``on_headers_complete``: the parser stops there, before
+    the app is given the request, and the connection answers ``status``."""
+
+    def __init__(self, status: bytes, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+# RFC 3986 ``host [ ":" port ]``: an IP literal or a reg-name (an IPv4 address is one)
+_HOST = re.compile(rb"(\[[0-9A-Fa-f:.]{2,60}\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(:[0-9]{0,5})?")
+VERSIONS = frozenset({"1.1", "1.0"})
+
+
+def check_head(version: str, headers: list[tuple[bytes, bytes]]) -> None:
+    """Raise ``HeadRefused`` for a head llhttp took that HTTP/1.1 does not: a version
+    the gateway does not speak (``HTTP/2.0`` or a bare ``GET /path``, HTTP/0.9) is a
+    505, and an HTTP/1.1 request without a Host header, with more than one, or with
+    one that is not ``host[:port]`` is a 400 (RFC 9112, 3.2: a server MUST). uvicorn
+    served all of them. ``headers`` are uvicorn's, names lowercased."""
+    if version not in VERSIONS:
+        raise HeadRefused(b"505 HTTP Version Not Supported",
+                          f"HTTP/{version} is not served; this server speaks HTTP/1.1")
+    host = None
+    for name, value in headers:
+        if name == b"host":
+            if host is not None:
+                raise HeadRefused(b"400 Bad Request", "more than one Host header")
+            host = value
+    if host is None:
+        if version == "1.1":
+            raise HeadRefused(b"400 Bad Request", "an HTTP/1.1 request needs a Host header")
+    elif not _HOST.fullmatch(host):
+        raise HeadRefused(b"400 Bad Request", "the Host header is not a host[:port]")
+
+
 def malformed_reason(error: Exception) -> str:
     """What the parser's ``error`` says is wrong, never quoting the request: llhttp's
     own words, or, when llhttp took the request and one of the protocol's callbacks
-    did not (uvicorn's reading of ``CONNECT``'s ``host:port``), what that was."""
+    did not (uvicorn's reading of ``CONNECT``'s ``host:port``, ``check_head``), what
+    that was."""
     if isinstance(error, httptools.HttpParserCallbackError):
+        if isinstance(error.__context__, HeadRefused):
+            return error.__context__.reason
         invalid_url = isinstance(error.__context__, httptools.HttpParserInvalidURLError)
         return "Invalid request target" if invalid_url else "Unreadable request"
     words = "".join(c for c in str(error)[:80] if c.isalnum() or c in " ,.:/-'")

@@ -31,6 +31,12 @@ CASES = {
                            "Transfer-Encoding can't be present with Content-Length"),
     # llhttp takes it; uvicorn's reading of its target fails: named, not quoted
     "CONNECT": (b"CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\n\r\n", "Invalid request target"),
+    # llhttp takes these, HTTP/1.1 does not (RFC 9112, 3.2); uvicorn served them
+    "no Host": (b"GET /v1/health HTTP/1.1\r\n\r\n", "an HTTP/1.1 request needs a Host header"),
+    "two Hosts": (b"GET /v1/health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+                  "more than one Host header"),
+    "a Host that is no host": (b"GET /v1/health HTTP/1.1\r\nHost: a b\r\n\r\n",
+                               "the Host header is not a host[:port]"),
 }
 FLOOD = 400
 
@@ -87,6 +93,9 @@ def test_a_method_a_path_does_not_take_is_told_what_it_takes(tmp_path: Path) -> 
                       "Connection: close\r\n\r\n".encode())
             answers[path] = read_answer(s, 10.0)
             s.close()
+        refused = scrape(gw.url, "humpyard_refused_total")
+    # counted as a 404 is (a 405 was counted nowhere, and recorded nowhere)
+    assert refused == {'{reason="method_not_allowed"}': len(cases)}, refused
     for path, (allowed, _) in cases.items():
         head, _, body = answers[path].partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 405 "), (path, answers[path][:300])
@@ -94,3 +103,64 @@ def test_a_method_a_path_does_not_take_is_told_what_it_takes(tmp_path: Path) -> 
         allow = re.search(rb"\r\nallow: ([^\r]*)", head, re.IGNORECASE)
         assert allow, head
         assert {m.strip() for m in allow.group(1).decode().split(",")} == allowed, (path, head)
+
+
+def test_a_path_with_a_trailing_slash_is_named_not_redirected(tmp_path: Path) -> None:
+    """``POST /v1/chat/completions/`` got Starlette's 307 to the path without the
+    slash, its ``Location`` built from the client's ``Host``, and was recorded
+    nowhere: an SDK that does not follow redirects (openai's, anthropic's) raised a
+    bare 307. It is now a 404 saying which path was meant, counted as any unknown
+    path is (the OpenAI API answers such a path 404 as well)."""
+    body = b'{"model":"t","messages":[{"role":"user","content":"hi"}]}'
+    with serving(tmp_path) as (gw, up):
+        s = connect(gw.port)
+        s.sendall(b"POST /v1/chat/completions/ HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Type: application/json\r\nConnection: close\r\n"
+                  b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        answer = read_answer(s, 10.0)
+        s.close()
+        s = connect(gw.port)
+        s.sendall(b"GET /ui/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        page = read_answer(s, 10.0)
+        s.close()
+        refused = scrape(gw.url, "humpyard_refused_total")
+        assert up.requests_to("/chat/completions") == []
+    head, _, text = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 404 "), answer[:300]
+    assert b"location" not in head.lower()
+    error = json.loads(text)["error"]
+    assert error["code"] == "not_found"
+    assert error["message"] == ("no such path: POST /v1/chat/completions/ "
+                                "(did you mean /v1/chat/completions?)"), error
+    assert page.startswith(b"HTTP/1.1 404 ") and b"did you mean /ui?" in page, page[:300]
+    assert refused == {'{reason="not_found"}': 2}, refused
+
+
+def test_a_version_other_than_http_1_is_refused_and_1_0_needs_no_host(tmp_path: Path) -> None:
+    """llhttp reads ``GET /path HTTP/2.0`` and a bare ``GET /path`` (HTTP/0.9) and
+    uvicorn served both as HTTP/1.1. They are a 505 now. An HTTP/1.0 request needs no
+    Host header and is served; hosts as clients send them (a name, an IPv4 or IPv6
+    literal, a port, an empty value) are all taken."""
+    versions = {"HTTP/2.0": b"GET /v1/health HTTP/2.0\r\nHost: x\r\n\r\n",
+                "HTTP/0.9": b"GET /v1/health\r\n\r\n"}
+    served = {"HTTP/1.0": b"GET /v1/health HTTP/1.0\r\n\r\n",
+              **{host: b"GET /v1/health HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n"
+                 % host.encode()
+                 for host in ("gateway.internal", "127.0.0.1:8080", "[::1]:4000", "")}}
+    with serving(tmp_path) as (gw, _):
+        answers = {}
+        for name, request in {**versions, **served}.items():
+            s = connect(gw.port)
+            s.sendall(request)
+            answers[name] = read_answer(s, 10.0)
+            s.close()
+        series = scrape(gw.url, "humpyard_connections_refused_total")
+    for name in versions:
+        head, _, body = answers[name].partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 505 "), (name, answers[name][:300])
+        error = json.loads(body)["error"]
+        assert error["code"] == "http_version_not_supported"
+        assert error["message"] == (f"{name} is not served; this server speaks HTTP/1.1"), error
+    for name in served:
+        assert answers[name].startswith(b"HTTP/1.1 200 "), (name, answers[name][:300])
+    assert series == {'{reason="malformed"}': len(versions)}, series

@@ -96,9 +96,28 @@ async def not_found(request: Request, exc: Exception) -> Response:
     raw = request.scope.get("raw_path")
     asked = raw.decode("latin-1") if raw else request.url.path  # as the client wrote it
     path = "".join(c if " " <= c <= "~" else "?" for c in asked[:200])
-    err = HumpyardError(f"no such path: {request.method} {path}", status=404, code="not_found")
+    meant = _meant(request)
+    hint = f" (did you mean {meant}?)" if meant else ""
+    err = HumpyardError(f"no such path: {request.method} {path}{hint}", status=404,
+                        code="not_found")
     record_refusal(request.app.state.gateway.services, err)
     return error_response(err)
+
+
+def _meant(request: Request) -> str | None:
+    """The path a route serves that differs from the one asked only by a trailing
+    ``/``. Such a path is answered 404 naming it, not redirected (Starlette's 307,
+    off in ``create_app``): an SDK that follows no redirects raised a bare 307, and
+    the OpenAI API itself answers it 404 (docs/decisions/0034-http-conventions.md)."""
+    path = request.scope["path"]
+    if path == "/" or len(path) > 200:
+        return None
+    other = path.rstrip("/") if path.endswith("/") else path + "/"
+    scope = {**request.scope, "path": other}
+    for route in request.app.routes:
+        if isinstance(route, Route) and route.matches(scope)[0] is not Match.NONE:
+            return other
+    return None
 
 
 async def method_not_allowed(request: Request, exc: Exception) -> Response:
@@ -107,9 +126,10 @@ async def method_not_allowed(request: Request, exc: Exception) -> Response:
     allowed = sorted({method for route in request.app.routes if isinstance(route, Route)
                       and route.methods and route.matches(request.scope)[0] is not Match.NONE
                       for method in route.methods})
-    return error_response(HumpyardError(
-        f"method {request.method} is not allowed on {request.url.path}",
-        status=405, code="method_not_allowed"), headers={"allow": ", ".join(allowed)})
+    err = HumpyardError(f"method {request.method} is not allowed on {request.url.path}",
+                        status=405, code="method_not_allowed")
+    record_refusal(request.app.state.gateway.services, err)  # as a 404 is
+    return error_response(err, headers={"allow": ", ".join(allowed)})
 
 
 def create_app(config: Config, store: Store | None = None,
@@ -145,6 +165,7 @@ def create_app(config: Config, store: Store | None = None,
     routes = [route for surface, route in route_table() if surface in surfaces]
     app = GatewayApp(routes=routes, lifespan=lifespan,
                      exception_handlers={404: not_found, 405: method_not_allowed})
+    app.router.redirect_slashes = False  # a 404 naming the path meant (``_meant``)
     app.state.gateway = gw
     return app
 
