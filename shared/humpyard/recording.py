@@ -123,13 +123,15 @@ class Recording:
                         tb: object) -> None:
         if self.gone is not None:
             self.close(status=CLIENT_GONE.status, error=CLIENT_GONE)
+        elif isinstance(e, asyncio.CancelledError) and stopped(e):
+            # before the answer or in the middle of its stream: it did not complete
+            self.close(status=SERVER_STOPPED.status, error=SERVER_STOPPED)
         elif e is None or self.replying:
             self.close(status=200)  # the block sent the answer: recording never delays it
         elif isinstance(e, HumpyardError):
             self.close(status=e.status, error=e)
         elif isinstance(e, asyncio.CancelledError):
-            error = SERVER_STOPPED if stopped(e) else CLIENT_GONE
-            self.close(status=error.status, error=error)
+            self.close(status=CLIENT_GONE.status, error=CLIENT_GONE)
         else:
             self.close(status=500, error=INTERNAL)
 

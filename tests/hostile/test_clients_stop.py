@@ -225,3 +225,84 @@ def test_a_stop_does_not_wait_for_a_refused_body_still_arriving(tmp_path: Path) 
             s.close()
             server.kill()
     assert code == 0
+
+
+def test_a_stream_the_server_stops_ends_with_its_protocols_error(tmp_path: Path) -> None:
+    """Streams with content out when ``stop_timeout_secs`` passes. Each ended with
+    the last content and no more: the ``openai`` SDK took the chat stream as
+    complete, and the ``anthropic`` SDK a message without ``message_stop``, so a
+    client could not tell a cut answer from a whole one. Each now ends with its
+    protocol's own error event, as a stream whose upstream broke does: the SDKs
+    raise, and a Responses client (Codex) sees ``error`` and ``response.failed``."""
+    import threading
+
+    import anthropic
+    import openai
+
+    from tests.support.steps import stream_then_stall
+
+    ask = [{"role": "user", "content": "slow"}]
+    with FakeUpstream() as up:
+        up.default = stream_then_stall(("partial ",))
+        cfg = write_config(tmp_path, up.url, "stop_timeout_secs = 1")
+        server = ServeProcess(cfg, tmp_path / "serve.log").start()
+        assert server.proc is not None
+        base = server.url + "/v1"
+        seen: dict[str, list[str]] = {}  # what each client read, then how it ended
+        content = threading.Barrier(4)
+
+        def chat() -> None:
+            c = openai.OpenAI(base_url=base, api_key="x", max_retries=0)
+            got = seen.setdefault("chat", [])
+            try:
+                for chunk in c.chat.completions.create(model=MODEL, messages=ask, stream=True):
+                    if chunk.choices and chunk.choices[0].delta.content:
+                        got.append(chunk.choices[0].delta.content)
+                        content.wait(10)
+                got.append("ended")
+            except openai.APIError as e:
+                got.append(f"raised: {e.message}")
+
+        def messages() -> None:
+            c = anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0)
+            got = seen.setdefault("messages", [])
+            try:
+                with c.messages.stream(model=MODEL, max_tokens=50, messages=ask) as s:
+                    for text in s.text_stream:
+                        got.append(text)
+                        content.wait(10)
+                got.append("ended")
+            except anthropic.APIStatusError as e:
+                got.append(f"raised: {e.message}")
+
+        def responses() -> None:
+            c = openai.OpenAI(base_url=base, api_key="x", max_retries=0)
+            got = seen.setdefault("responses", [])
+            for event in c.responses.create(model=MODEL, input="slow", stream=True):
+                got.append(event.type)
+                if event.type == "response.output_text.delta":
+                    content.wait(10)
+            got.append("ended")
+
+        threads = [threading.Thread(target=f, daemon=True) for f in (chat, messages, responses)]
+        for t in threads:
+            t.start()
+        try:
+            content.wait(20)  # every stream has content out
+            server.proc.send_signal(signal.SIGTERM)
+            code = server.proc.wait(30)
+        finally:
+            server.kill()
+        for t in threads:
+            t.join(10)
+    log = server.output()
+    assert code == 0 and "Traceback" not in log, log[-3000:]
+    stopped = "the gateway stopped before the answer was complete"
+    assert seen["chat"][0] == "partial " and seen["chat"][-1].startswith("raised: "), seen
+    assert stopped in seen["chat"][-1], seen
+    assert seen["messages"][0] == "partial ", seen
+    assert seen["messages"][-1].startswith("raised: ") and stopped in seen["messages"][-1], seen
+    assert "response.output_text.delta" in seen["responses"], seen
+    assert seen["responses"][-3:] == ["error", "response.failed", "ended"], seen
+    with sqlite3.connect(tmp_path / "ledger.db") as db:
+        assert sorted(s for (s,) in db.execute("SELECT status FROM decisions")) == [503] * 3

@@ -122,6 +122,7 @@ async def take(gw: RequestServices, protocol: ClientProtocol, scope: Scope, rece
     watch: ClientWatch | None = None
     rec: Recording | None = None
     early: EarlyHead | None = None
+    context: Any = None  # the protocol's, once the request is decoded
     try:
         async with recording(gw, call) as rec:
             call.headers = header_dict(scope["headers"])
@@ -200,7 +201,7 @@ async def take(gw: RequestServices, protocol: ClientProtocol, scope: Scope, rece
         # The server stopped it (recorded as 503): the client is told, and the request
         # ends here rather than as uvicorn's 500 and a trace in the log.
         started = (rec is not None and rec.replying) or (early is not None and early.started)
-        await _answer_stopped(send, protocol, rid, started)
+        await _answer_stopped(send, protocol, call, context, started)
     except HumpyardError as e:
         if rec is not None and rec.replying:
             raise
@@ -213,18 +214,32 @@ async def take(gw: RequestServices, protocol: ClientProtocol, scope: Scope, rece
                                               headers={"x-humpyard-request-id": rid}))
 
 
-async def _answer_stopped(send: Send, protocol: ClientProtocol, rid: str,
+async def _answer_stopped(send: Send, protocol: ClientProtocol, call: Call, context: Any,
                           started: bool) -> None:
     """The 503 of a request the server stopped, in the protocol's shape; or, once its
-    answer began, the end of the answer (a client sees an event stream cut short)."""
+    stream began, the protocol's own error event and the stream's end, as for a
+    stream whose upstream broke (only whole events are ever written, so the event
+    starts on a boundary). The stream used to just end: the SDKs took the cut
+    answer for a whole one."""
     try:
-        if started:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        else:
-            await send_reply(send, error_reply(SERVER_STOPPED, shape=protocol.errors,
-                                               headers={"x-humpyard-request-id": rid}))
+        if not started:
+            await send_reply(send, error_reply(SERVER_STOPPED, shape=protocol.errors, headers={
+                "x-humpyard-request-id": call.request_id}))
+            return
+        async for data in protocol.stream(call, context, _failing(SERVER_STOPPED)):
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
     except Exception:  # noqa: BLE001 - the connection went with the server: nothing to tell
         pass
+    finally:
+        SERVER_STOPPED.__traceback__ = None  # raised in ``_failing``: hold no request's frames
+
+
+async def _failing(error: HumpyardError) -> AsyncIterator[list[SSEEvent]]:
+    """Upstream events that fail at once with ``error``: a protocol's ``stream`` given
+    them ends with its own error event."""
+    raise error
+    yield []  # an async generator that fails on its first step
 
 
 class _Direct:
@@ -284,18 +299,13 @@ async def _fail_started_stream(rec: Recording, protocol: ClientProtocol, call: C
                   call.request_id, exc_info=error)
         failure = INTERNAL
     rec.close(status=failure.status, error=failure)
-
-    async def failed() -> AsyncIterator[list[SSEEvent]]:
-        raise failure
-        yield []  # an async generator that fails on its first step
-
     try:
-        await send_stream(send, None, {}, protocol.stream(call, context, failed()),
+        await send_stream(send, None, {}, protocol.stream(call, context, _failing(failure)),
                           head_sent=True, media_type=protocol.stream_type,
                           heartbeat=protocol.heartbeat)
     finally:
         # Told to the record and the stream: the failure's traceback holds this
-        # request's frames, which hold the failure (here, in ``failed``'s closure):
+        # request's frames, which hold the failure (here, in ``_failing``'s frame):
         # let it go, or each such request waits for the garbage collector.
         error.__traceback__ = failure.__traceback__ = None
 
