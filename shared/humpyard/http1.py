@@ -108,8 +108,9 @@ class HeadRefused(Exception):
         self.reason = reason
 
 
-# RFC 3986 ``host [ ":" port ]``: an IP literal or a reg-name (an IPv4 address is one)
-_HOST = re.compile(rb"(\[[0-9A-Fa-f:.]{2,60}\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(:[0-9]{0,5})?")
+# RFC 3986 ``host [ ":" port ]``: an IP literal (with a zone, or IPvFuture) or a
+# reg-name (an IPv4 address is one)
+_HOST = re.compile(rb"(\[[0-9A-Za-z:.%_~-]{2,100}\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(:[0-9]{0,5})?")
 VERSIONS = frozenset({"1.1", "1.0"})
 
 

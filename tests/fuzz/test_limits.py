@@ -302,6 +302,11 @@ def test_override_expiry_cannot_be_infinite(gw):
     ("/v1/decisions?limit=1e400", "limit: must be a whole number from 1 to 1000, got '1e400'"),
     ("/v1/decisions?since=abc", "since: must be a number, got 'abc'"),
     ("/v1/quota/history?limit=ten", "limit: must be a whole number from 1 to 5000"),
+    # Out of range is refused too: 0 gave one decision and 5000 gave 1000, silently.
+    ("/v1/decisions?limit=0", "limit: must be a whole number from 1 to 1000, got '0'"),
+    ("/v1/decisions?limit=-3", "limit: must be a whole number from 1 to 1000, got '-3'"),
+    ("/v1/decisions?limit=1001", "limit: must be a whole number from 1 to 1000, got '1001'"),
+    ("/v1/quota/history?limit=5001", "limit: must be a whole number from 1 to 5000, got '5001'"),
     ("/v1/quota/history?since=yesterday", "since: must be a number, got 'yesterday'"),
 ])
 def test_absurd_query_numbers_are_400(gw, query, contains):

@@ -146,7 +146,8 @@ def test_a_version_other_than_http_1_is_refused_and_1_0_needs_no_host(tmp_path: 
     served = {"HTTP/1.0": b"GET /v1/health HTTP/1.0\r\n\r\n",
               **{host: b"GET /v1/health HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n"
                  % host.encode()
-                 for host in ("gateway.internal", "127.0.0.1:8080", "[::1]:4000", "")}}
+                 for host in ("gateway.internal", "127.0.0.1:8080", "[::1]:4000",
+                              "[fe80::1%25eth0]", "my_host.", "")}}
     with serving(tmp_path) as (gw, _):
         answers = {}
         for name, request in {**versions, **served}.items():

@@ -267,17 +267,20 @@ def query_number(query: Mapping[str, str], name: str) -> float | None:
 
 
 def query_count(query: Mapping[str, str], name: str, default: int, most: int) -> int:
-    """Query parameter ``name`` as a whole number, brought within 1 to ``most``
-    (``default`` when absent); a 400 naming it when it is not a whole number."""
+    """Query parameter ``name``, a whole number from 1 to ``most`` (``default`` when
+    absent); a 400 naming it and the range otherwise. Out-of-range values were
+    brought within it, so ``limit=0`` gave one row and ``limit=5000`` a thousand."""
     text = query.get(name)
     if text is None:
         return default
     try:
         value = int(text)
     except ValueError:
+        value = 0
+    if not 1 <= value <= most:
         raise RequestError(f"{name}: must be a whole number from 1 to {most}, "
-                           f"got {text[:40]!r}") from None
-    return min(max(value, 1), most)
+                           f"got {text[:40]!r}")
+    return value
 
 
 _QUOTE, _OPEN_ARRAY, _OPEN_OBJECT = ord('"'), ord("["), ord("{")
