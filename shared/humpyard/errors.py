@@ -7,6 +7,8 @@ is the only place that turns them into responses::
     HumpyardError
     ├── ConfigError                 (load/reload: names the key and value)
     ├── RequestError        400     (malformed body; names the field)
+    │   ├── BodyTimeout     408     (``serve`` cut a body still arriving)
+    │   ├── BodyMalformed   400     (``serve``'s parser refused a body's framing)
     │   ├── PayloadTooLarge 413
     │   └── UnsupportedEncoding 415
     ├── AuthError           401
@@ -64,10 +66,18 @@ class RequestError(HumpyardError):
 
 class BodyTimeout(RequestError):
     """The request body did not arrive within ``[server] body_timeout_secs`` of its
-    head (``humpyard serve`` cut the connection: ``connections.py``)."""
+    head (``humpyard serve`` cut the connection: ``guarded.py``)."""
 
     status = 408
     code = "request_timeout"
+
+
+class BodyMalformed(RequestError):
+    """The request body's framing is not HTTP/1.1 (a transfer coding that does not
+    end in ``chunked``, a chunk llhttp refused): ``humpyard serve`` answered the 400
+    and closed the connection (``guarded.py``)."""
+
+    code = "bad_request"
 
 
 class PayloadTooLarge(RequestError):

@@ -15,7 +15,7 @@ the end of the current event-loop turn (a stream's head goes out before its firs
 event has arrived, as before). Everything else passes straight through.
 
 ``protocol_class(guard)`` adds the client-connection limits of ``[server]``
-(``connections.py``). ``serve`` owns SIGINT and SIGTERM unless its caller does:
+(``guarded.py``). ``serve`` owns SIGINT and SIGTERM unless its caller does:
 a stop drains the log and exits 0.
 """
 
@@ -31,7 +31,9 @@ import socket
 from collections.abc import Callable, Collection, Coroutine, Iterator
 from typing import Any, TypeVar
 
-from humpyard.connections import ConnectionGuard, guarded
+from humpyard.connections import ConnectionGuard
+from humpyard.errors import RequestError
+from humpyard.guarded import guarded
 from humpyard.open_files import raise_open_files_limit
 from humpyard.stopping import exit_on, finish_forced, own_stop_signals
 
@@ -49,19 +51,21 @@ class HeadHoldingTransport:
     """A transport wrapper that holds a response head back until the body's write,
     and tells one watcher (``watch_lost``) when the connection is lost."""
 
-    __slots__ = ("_transport", "_loop", "_held", "_on_lost", "body_timed_out", "closing")
+    __slots__ = ("_transport", "_loop", "_held", "_on_lost", "body_cut", "closing")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
         self._transport = transport
         self._loop = loop
         self._held: bytes | None = None
         self._on_lost: Callable[[], None] | None = None
-        # Set by the connection guard (``connections.py``) to the body timeout it cut
-        # the request's body at; the intake's body reader names it (``http/body.py``).
-        self.body_timed_out: float | None = None
+        # Set by the connection guard (``guarded.py``) when it ended the request's
+        # body and answered it (a timeout, a framing the parser refused): the error the
+        # intake's body reader raises, so the record says what the client was told
+        # (``http/body.py``).
+        self.body_cut: RequestError | None = None
         # Set by the connection guard: the server's first close of this connection
         # goes through it, which may make it linger (a half-close, the client's late
-        # bytes read and dropped: ``connections.py``, ``_closed_by_server``).
+        # bytes read and dropped: ``guarded.py``, ``_closed_by_server``).
         self.closing: Callable[[], None] | None = None
 
     def watch_lost(self, callback: Callable[[], None]) -> None:

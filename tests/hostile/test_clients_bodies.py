@@ -19,6 +19,7 @@ import gzip
 import http.client
 import json
 import re
+import sqlite3
 import time
 import zlib
 from pathlib import Path
@@ -276,3 +277,43 @@ def test_a_closing_answer_waits_for_the_body_still_coming(tmp_path: Path) -> Non
         s.close()
         assert closed and got.startswith(b"HTTP/1.1 413 "), got[:200]
         assert '{reason="body_timeout"}' in scrape(gw.url, "humpyard_connections_refused_total")
+
+
+def test_a_body_whose_framing_is_not_http_1_1_is_answered_400_and_recorded(
+        tmp_path: Path) -> None:
+    """The parser refuses a body after the head went to the app: a transfer coding
+    that does not end in ``chunked`` (RFC 9112, 6.1: a server MUST answer 400 and
+    close), a chunk size past 64 bits, chunk lines ended by a bare LF. The
+    connection closed with no answer at all, and the request was recorded as a
+    client that left (499). Each now gets a 400 naming what the parser found, and
+    the record says 400."""
+    body = json.dumps({"model": "t", "messages": [{"role": "user", "content": "hi"}]}
+                      ).encode()
+    cases = {
+        "xchunked": (_post("Transfer-Encoding: xchunked\r\n", _chunked(body)),
+                     "invalid Transfer-Encoding"),
+        "gzip alone": (_post("Transfer-Encoding: gzip\r\n", gzip.compress(body)),
+                       "invalid Transfer-Encoding"),
+        "chunk size past 64 bits": (_post("Transfer-Encoding: chunked\r\n",
+                                          b"ffffffffffffffffff\r\nab\r\n"), "Chunk size"),
+        "bare LF": (_post("Transfer-Encoding: chunked\r\n",
+                          f"{len(body):x}\n".encode() + body + b"\n0\n\n"), "CR after chunk size"),
+    }
+    with FakeUpstream() as up:
+        answers, series, calls = _each_then_health(
+            tmp_path, up, {name: request for name, (request, _) in cases.items()})
+    assert calls == 0
+    for name, (_, reason) in cases.items():
+        answer = answers[name]
+        # the request after it in the same write is not read: the connection closes
+        assert re.findall(rb"HTTP/1\.1 (\d{3}) ", answer) == [b"400"], (name, answer[:400])
+        assert b"\r\nconnection: close\r\n" in answer
+        error = json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]
+        assert error["code"] == "bad_request" and "not valid HTTP/1.1" in error["message"]
+        assert reason in error["message"], (name, error)
+    assert series == {'{reason="malformed"}': len(cases)}, series
+    with sqlite3.connect(tmp_path / "ledger.db") as db:
+        recorded = [(status, json.loads(body)) for status, body
+                    in db.execute("SELECT status, body FROM decisions")]
+    assert sorted(status for status, _ in recorded) == [400] * len(cases), recorded
+    assert all("not valid HTTP/1.1" in json.dumps(d) for _, d in recorded), recorded

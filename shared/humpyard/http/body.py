@@ -16,7 +16,6 @@ from starlette.types import Receive
 
 from humpyard import jsonfast
 from humpyard.errors import (
-    BodyTimeout,
     PayloadTooLarge,
     RequestError,
     UnsupportedEncoding,
@@ -160,22 +159,22 @@ async def _receive_decoded(receive: Receive, decoder: Decoder, limit: int) -> by
 
 def _left(receive: Receive) -> NoReturn:
     """The request's ``receive()`` said ``http.disconnect`` before the whole body."""
-    cut = body_timed_out(receive)
+    cut = body_cut(receive)
     if cut is not None:
-        raise BodyTimeout(f"the request body did not arrive within {cut:g}s of "
-                          f"its head (body_timeout_secs)")
+        raise type(cut)(cut.message)  # a copy: the transport's holds no frames
     raise RequestError("the client went away before sending the whole body",
                        status=499, code="client_closed")
 
 
-def body_timed_out(receive: Receive) -> float | None:
-    """The body timeout ``humpyard serve``'s connection guard cut this request's body
-    at (``connections.py``: it marks the connection's transport, then ends the
-    request's ``receive()`` with ``http.disconnect``), or None: the client left, or
-    another server runs the app."""
+def body_cut(receive: Receive) -> RequestError | None:
+    """The error ``humpyard serve``'s connection guard ended this request's body with,
+    having answered it (``guarded.py``: a body timeout, a framing the parser
+    refused; it marks the connection's transport, then ends the request's
+    ``receive()`` with ``http.disconnect``), or None: the client left, or another
+    server runs the app."""
     cycle: Any = getattr(receive, "__self__", None)  # uvicorn's request cycle
-    limit = getattr(getattr(cycle, "transport", None), "body_timed_out", None)
-    return limit if isinstance(limit, float | int) else None
+    cut = getattr(getattr(cycle, "transport", None), "body_cut", None)
+    return cut if isinstance(cut, RequestError) else None
 
 
 def parse_json(raw: bytes) -> Any:
