@@ -305,7 +305,8 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
                             gw.metrics.connections_refused)
     def ready() -> None:  # the port it listens on, which --port 0 left to the kernel
         log.info("humpyard serving on http://%s:%d (config %s; at most %d client "
-                 "connections)", host, bound_port(server) or port, config_path, guard.cap())
+                 "connections)", f"[{host}]" if ":" in host else host,  # an IPv6 address
+                 bound_port(server) or port, config_path, guard.cap())
         if on_ready is not None:
             on_ready()
 

@@ -222,7 +222,8 @@ class Supervisor:
         signal.signal(signal.SIGINT, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_hup)
         log.info("humpyard serving on http://%s:%d with %d workers (config %s)",
-                 self.host, self.sock.getsockname()[1], len(self.workers), self.config_path)
+                 f"[{self.host}]" if ":" in self.host else self.host,  # an IPv6 address
+                 self.sock.getsockname()[1], len(self.workers), self.config_path)
         for w in self.workers:
             self._start(w)
         self._listened = time.monotonic()

@@ -686,24 +686,27 @@ def test_auto_starts_one_worker_per_core_the_process_may_use(tmp_path: Path,
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize("host,url", [("127.0.0.1", "http://127.0.0.1:"),
+                                      ("::1", "http://[::1]:")])
 def test_port_0_is_logged_as_the_port_the_kernel_chose(tmp_path: Path, upstream: FakeUpstream,
-                                                        workers: str):
-    """``--port 0``: the "serving on" line names the port that answers (it said 0)."""
+                                                        workers: str, host: str, url: str):
+    """``--port 0``: the "serving on" line names the port that answers (it said 0), in
+    a URL one can call (an IPv6 address in brackets: it said ``http://::1:8080``)."""
     cfg = write_config(tmp_path, target(upstream.url))
     log = tmp_path / "serve.log"
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}"}
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "humpyard.cli", "serve", "--config",
-                                 str(cfg), "--port", "0", "--workers", workers],
+                                 str(cfg), "--host", host, "--port", "0", "--workers", workers],
                                 env=env, cwd=str(tmp_path), stdout=out, stderr=subprocess.STDOUT)
     try:
         def line() -> str:
             return next((x for x in log.read_text().splitlines()
-                         if "humpyard serving on http://127.0.0.1:" in x), "")
+                         if "humpyard serving on " + url in x), "")
         poll(lambda: bool(line()), what="the serving line")
-        port = int(line().split("http://127.0.0.1:", 1)[1].split()[0])
+        port = int(line().split(url, 1)[1].split()[0])
         assert port != 0
-        poll(lambda: _answers(f"http://127.0.0.1:{port}/healthz"), what="the port to answer")
+        poll(lambda: _answers(f"{url}{port}/healthz"), what="the port to answer")
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
