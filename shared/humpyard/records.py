@@ -172,3 +172,7 @@ class Call:
     # called once with the decision when the record closes (recording.py).
     settle: Callable[[Mapping[str, Any] | None], None] | None = None
     limit_headers: dict[str, str] = field(default_factory=dict)  # a limited key's headers
+    # The client protocol's stream encoder, when it keeps state (the Responses event
+    # numbering): a stream the server stops is ended by the same encoder, numbered on
+    # (``http/intake.py``, ``_answer_stopped``).
+    encoder: Any = None

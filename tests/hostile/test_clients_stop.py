@@ -250,6 +250,7 @@ def test_a_stream_the_server_stops_ends_with_its_protocols_error(tmp_path: Path)
         base = server.url + "/v1"
         seen: dict[str, list[str]] = {}  # what each client read, then how it ended
         content = threading.Barrier(4)
+        numbers: list[int] = []  # the Responses events' sequence numbers
 
         def chat() -> None:
             c = openai.OpenAI(base_url=base, api_key="x", max_retries=0)
@@ -280,6 +281,7 @@ def test_a_stream_the_server_stops_ends_with_its_protocols_error(tmp_path: Path)
             got = seen.setdefault("responses", [])
             for event in c.responses.create(model=MODEL, input="slow", stream=True):
                 got.append(event.type)
+                numbers.append(event.sequence_number)
                 if event.type == "response.output_text.delta":
                     content.wait(10)
             got.append("ended")
@@ -304,5 +306,8 @@ def test_a_stream_the_server_stops_ends_with_its_protocols_error(tmp_path: Path)
     assert seen["messages"][-1].startswith("raised: ") and stopped in seen["messages"][-1], seen
     assert "response.output_text.delta" in seen["responses"], seen
     assert seen["responses"][-3:] == ["error", "response.failed", "ended"], seen
+    # one stream to its end: begun once, numbered on from where it was
+    assert seen["responses"].count("response.created") == 1, seen
+    assert numbers == list(range(len(numbers))), numbers
     with sqlite3.connect(tmp_path / "ledger.db") as db:
         assert sorted(s for (s,) in db.execute("SELECT status FROM decisions")) == [503] * 3

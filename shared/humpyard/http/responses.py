@@ -57,7 +57,10 @@ async def _stream(call: Call, context: ResponsesContext,
     the stream with ``error`` then ``response.failed``, so the client knows
     the answer is incomplete.
     """
-    translator = ResponsesStreamTranslator(context, _response_id(call), int(call.ts))
+    translator = call.encoder
+    if not isinstance(translator, ResponsesStreamTranslator):  # else a stopped stream's end
+        translator = call.encoder = ResponsesStreamTranslator(context, _response_id(call),
+                                                              int(call.ts))
     failed: list[tuple[str, dict]] | None = None
     try:
         async for batch in events:
