@@ -41,23 +41,24 @@ CASES = {
 FLOOD = 400
 
 
+def ask(port: int, request: bytes) -> bytes:
+    """``request`` on a connection of its own: everything the server sent back."""
+    s = connect(port)
+    try:
+        s.sendall(request)
+        return read_answer(s, 10.0)
+    finally:
+        s.close()
+
+
 def test_malformed_requests_are_answered_counted_and_sampled(tmp_path: Path) -> None:
     with serving(tmp_path) as (gw, _):
         answers = {}
         for name, (request, _) in CASES.items():
-            s = connect(gw.port)
-            s.sendall(request)
-            answers[name] = read_answer(s, 10.0)
-            s.close()
+            answers[name] = ask(gw.port, request)
         for _ in range(FLOOD):
-            s = connect(gw.port)
-            s.sendall(CASES["space before colon"][0])
-            read_answer(s, 10.0)
-            s.close()
-        health = connect(gw.port)
-        health.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        served = read_answer(health, 10.0)
-        health.close()
+            ask(gw.port, CASES["space before colon"][0])
+        served = ask(gw.port, b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         series = scrape(gw.url, "humpyard_connections_refused_total")
         log = (tmp_path / "serve.log").read_text()
 
@@ -88,11 +89,8 @@ def test_a_method_a_path_does_not_take_is_told_what_it_takes(tmp_path: Path) -> 
     with serving(tmp_path) as (gw, _):
         answers = {}
         for path, (_, method) in cases.items():
-            s = connect(gw.port)
-            s.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n"
-                      "Connection: close\r\n\r\n".encode())
-            answers[path] = read_answer(s, 10.0)
-            s.close()
+            answers[path] = ask(gw.port, f"{method} {path} HTTP/1.1\r\nHost: x\r\n"
+                                "Content-Length: 0\r\nConnection: close\r\n\r\n".encode())
         refused = scrape(gw.url, "humpyard_refused_total")
     # counted as a 404 is (a 405 was counted nowhere, and recorded nowhere)
     assert refused == {'{reason="method_not_allowed"}': len(cases)}, refused
@@ -113,16 +111,10 @@ def test_a_path_with_a_trailing_slash_is_named_not_redirected(tmp_path: Path) ->
     path is (the OpenAI API answers such a path 404 as well)."""
     body = b'{"model":"t","messages":[{"role":"user","content":"hi"}]}'
     with serving(tmp_path) as (gw, up):
-        s = connect(gw.port)
-        s.sendall(b"POST /v1/chat/completions/ HTTP/1.1\r\nHost: x\r\n"
-                  b"Content-Type: application/json\r\nConnection: close\r\n"
-                  b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-        answer = read_answer(s, 10.0)
-        s.close()
-        s = connect(gw.port)
-        s.sendall(b"GET /ui/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        page = read_answer(s, 10.0)
-        s.close()
+        answer = ask(gw.port, b"POST /v1/chat/completions/ HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\nConnection: close\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        page = ask(gw.port, b"GET /ui/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         refused = scrape(gw.url, "humpyard_refused_total")
         assert up.requests_to("/chat/completions") == []
     head, _, text = answer.partition(b"\r\n\r\n")
@@ -151,10 +143,7 @@ def test_a_version_other_than_http_1_is_refused_and_1_0_needs_no_host(tmp_path: 
     with serving(tmp_path) as (gw, _):
         answers = {}
         for name, request in {**versions, **served}.items():
-            s = connect(gw.port)
-            s.sendall(request)
-            answers[name] = read_answer(s, 10.0)
-            s.close()
+            answers[name] = ask(gw.port, request)
         series = scrape(gw.url, "humpyard_connections_refused_total")
     for name in versions:
         head, _, body = answers[name].partition(b"\r\n\r\n")
