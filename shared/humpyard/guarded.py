@@ -25,6 +25,7 @@ from humpyard.http1 import (
     check_head,
     close_if_answered_unread,
     malformed_reason,
+    not_http1,
     resume_after_upgrade,
 )
 
@@ -155,11 +156,10 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
             reason = malformed_reason(error)
             guard.malformed(reason, error)
             refused = error.__context__
-            if isinstance(refused, HeadRefused) and refused.status.startswith(b"505"):
-                self._stop_reading(_refusal(refused.status, "http_version_not_supported",
-                                            reason))
+            if isinstance(refused, HeadRefused):  # a head check_head refused: its answer
+                self._stop_reading(_refusal(refused.status, refused.code, refused.message))
                 return
-            message = f"the request is not valid HTTP/1.1 ({reason})"
+            message = not_http1(reason)
             cycle = self.cycle
             if (self.body_since is not None and cycle is not None
                     and not cycle.response_started):

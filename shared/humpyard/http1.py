@@ -100,12 +100,22 @@ def close_if_answered_unread(cycle: Any) -> None:
 class HeadRefused(Exception):
     """A request head llhttp parsed that the gateway does not take (``check_head``),
     raised from the parser's ``on_headers_complete``: the parser stops there, before
-    the app is given the request, and the connection answers ``status``."""
+    the app is given the request, and the connection answers ``status`` with
+    ``code`` and ``message``; ``reason`` is what the log and ``malformed_reason``
+    name."""
 
-    def __init__(self, status: bytes, reason: str) -> None:
+    def __init__(self, status: bytes, code: str, reason: str, message: str) -> None:
         super().__init__(reason)
-        self.status = status
-        self.reason = reason
+        self.status, self.code, self.reason, self.message = status, code, reason, message
+
+
+def not_http1(reason: str) -> str:
+    """The message of a 400 for a request that is not HTTP/1.1, naming ``reason``."""
+    return f"the request is not valid HTTP/1.1 ({reason})"
+
+
+def _bad_head(reason: str) -> HeadRefused:
+    return HeadRefused(b"400 Bad Request", "bad_request", reason, not_http1(reason))
 
 
 # RFC 3986 ``host [ ":" port ]``: an IP literal (with a zone, or IPvFuture) or a
@@ -121,19 +131,20 @@ def check_head(version: str, headers: list[tuple[bytes, bytes]]) -> None:
     one that is not ``host[:port]`` is a 400 (RFC 9112, 3.2: a server MUST). uvicorn
     served all of them. ``headers`` are uvicorn's, names lowercased."""
     if version not in VERSIONS:
-        raise HeadRefused(b"505 HTTP Version Not Supported",
-                          f"HTTP/{version} is not served; this server speaks HTTP/1.1")
+        reason = f"HTTP/{version} is not served; this server speaks HTTP/1.1"
+        raise HeadRefused(b"505 HTTP Version Not Supported", "http_version_not_supported",
+                          reason, reason)
     host = None
     for name, value in headers:
         if name == b"host":
             if host is not None:
-                raise HeadRefused(b"400 Bad Request", "more than one Host header")
+                raise _bad_head("more than one Host header")
             host = value
     if host is None:
         if version == "1.1":
-            raise HeadRefused(b"400 Bad Request", "an HTTP/1.1 request needs a Host header")
+            raise _bad_head("an HTTP/1.1 request needs a Host header")
     elif not _HOST.fullmatch(host):
-        raise HeadRefused(b"400 Bad Request", "the Host header is not a host[:port]")
+        raise _bad_head("the Host header is not a host[:port]")
 
 
 def malformed_reason(error: Exception) -> str:
