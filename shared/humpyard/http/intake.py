@@ -226,13 +226,15 @@ async def _answer_stopped(send: Send, protocol: ClientProtocol, call: Call, cont
             await send_reply(send, error_reply(SERVER_STOPPED, shape=protocol.errors, headers={
                 "x-humpyard-request-id": call.request_id}))
             return
-        async for data in protocol.stream(call, context, _failing(SERVER_STOPPED)):
+        # raised in ``_failing``: a copy of its own, so no shared error holds the
+        # frames (and the cancellation, as its context) of the requests it ended
+        stop = HumpyardError(SERVER_STOPPED.message, status=SERVER_STOPPED.status,
+                             code=SERVER_STOPPED.code)
+        async for data in protocol.stream(call, context, _failing(stop)):
             await send({"type": "http.response.body", "body": data, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     except Exception:  # noqa: BLE001 - the connection went with the server: nothing to tell
         pass
-    finally:
-        SERVER_STOPPED.__traceback__ = None  # raised in ``_failing``: hold no request's frames
 
 
 async def _failing(error: HumpyardError) -> AsyncIterator[list[SSEEvent]]:
