@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from humpyard.config.spec import KeySpec
-from humpyard.errors import RateLimited, StoreError
+from humpyard.errors import RateLimited, StoreError, StoreUnavailable
 from humpyard.leases import Leases
 from humpyard.ledger.periods import period_key
 from humpyard.store.sharing import LimitCount
@@ -171,8 +171,9 @@ class Allowance:
                                                parallel=key.max_parallel_requests,
                                                tokens=tokens, now=now)
         except StoreError as e:  # the store is down: this process's own counts stand
-            log.warning("per-key limits of key %s could not be counted in the store (%s); "
-                        "counting them in this process", key.id, e)
+            if not isinstance(e, StoreUnavailable):  # an outage is logged once (awaited.py)
+                log.warning("per-key limits of key %s could not be counted in the store "
+                            "(%s); counting them in this process", key.id, e)
             return self.admit(key, tokens, now)
         state = _shared_state(key, counted, start, now)
         if counted.refused is not None:
@@ -201,7 +202,8 @@ class Allowance:
         try:
             return _shared_state(key, await leases.counts(key.id, start, now), start, now)
         except StoreError as e:
-            log.warning("per-key limits of key %s could not be read (%s)", key.id, e)
+            if not isinstance(e, StoreUnavailable):
+                log.warning("per-key limits of key %s could not be read (%s)", key.id, e)
             return self.state(key, now)
 
 

@@ -10,9 +10,12 @@
   request never waits for it) and latency samples written every
   ``LATENCY_FLUSH_SECS`` (never by a request).
 
-Every blocking call runs in a thread; a failure is logged and the work
-goes on. Lambda runs none of it (its scheduled poller function does the
-quota and the expiries).
+Every blocking call runs in a thread of this object's own (``THREADS``, one
+per job at most), never the event loop's default executor: against a store
+that does not answer, each job's call waits for the client's timeouts (the
+retention purge for minutes), and the default threads are left to what
+requests wait for. A failure is logged and the work goes on. Lambda runs
+none of it (its scheduled poller function does the quota and the expiries).
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from humpyard.clock import Clock
 from humpyard.config.spec import Config
@@ -35,6 +39,8 @@ log = logging.getLogger("humpyard.gateway")
 RETENTION_EVERY_SECS = 3600.0
 OVERRIDE_SWEEP_SECS = 30.0  # the longest wait between override-expiry sweeps
 LATENCY_FLUSH_SECS = 5.0  # shared latency samples are written at most this often
+THREADS = 4  # the jobs that call the store: retention, overrides, latency, the view
+T = TypeVar("T")
 
 
 class Background:
@@ -48,6 +54,13 @@ class Background:
         self.state = state
         self.quota = quota
         self.latency = latency
+        self._threads: ThreadPoolExecutor | None = None
+
+    async def _off(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        """``fn(*args, **kw)`` on the background's own threads."""
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(THREADS, thread_name_prefix="humpyard-background")
+        return await asyncio.wrap_future(self._threads.submit(fn, *args, **kw))
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run every job until ``stop`` is set."""
@@ -62,7 +75,12 @@ class Background:
             jobs.append(self._refresh_state(shares, stop))
         if self.quota.providers():
             jobs.append(self.quota.run(stop))
-        await asyncio.gather(*jobs)
+        try:
+            await asyncio.gather(*jobs)
+        finally:
+            threads, self._threads = self._threads, None
+            if threads is not None:  # a call still waiting on the store ends on its own
+                threads.shutdown(wait=False)
 
     # -- override expiry -----------------------------------------------------------------
 
@@ -99,8 +117,8 @@ class Background:
             while not stop.is_set():
                 wake.clear()
                 try:
-                    await asyncio.to_thread(self.expire_overrides)
-                    wait = await asyncio.to_thread(self._next_expiry_in)
+                    await self._off(self.expire_overrides)
+                    wait = await self._off(self._next_expiry_in)
                 except Exception:  # noqa: BLE001 - the sweep must never stop the gateway
                     log.exception("override expiry sweep failed")
                     wait = OVERRIDE_SWEEP_SECS
@@ -120,7 +138,7 @@ class Background:
     async def _retention(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
-                await asyncio.to_thread(self.purge_expired)
+                await self._off(self.purge_expired)
             except Exception:  # noqa: BLE001 - retention must never stop the gateway
                 log.exception("retention purge failed")
             await first_of(stop, timeout=RETENTION_EVERY_SECS)
@@ -138,18 +156,18 @@ class Background:
     async def _flush_latency(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
-                await asyncio.to_thread(self.flush_latency)
+                await self._off(self.flush_latency)
             except Exception:  # noqa: BLE001 - a flush must never stop the gateway
                 log.exception("latency flush failed")
             await first_of(stop, timeout=LATENCY_FLUSH_SECS / 5)
-        await asyncio.to_thread(self.flush_latency, force=True)
+        await self._off(self.flush_latency, force=True)
 
     async def _refresh_state(self, source: SharedState, stop: asyncio.Event) -> None:
         """Re-read the shared view every half ``state_refresh_ms`` in a thread, so a
         request never waits for a read and an idle process's view is never older."""
         while not stop.is_set():
             try:
-                await asyncio.to_thread(source.refresh)
+                await self._off(source.refresh)
             except Exception:  # noqa: BLE001 - SharedState logs a failed read itself
                 log.exception("shared state refresh failed")
             await first_of(stop, timeout=max(0.01, self._config().state_refresh_ms / 2000))

@@ -22,7 +22,9 @@ is the only place that turns them into responses::
     │   └── BudgetExhausted     429 budget_exhausted
     ├── RateLimited         429     (a key's rpm/tpm/parallel limit; ``limit`` names it)
     ├── UpstreamError               (every attempt failed; carries the last one)
-    └── StoreError                  (a backend failed)
+    └── StoreError          500     (a backend failed)
+        └── StoreUnavailable 503    (it could not be reached, or asked to slow down)
+            └── StoreBusy   503     (SQLite: the file's write lock is held elsewhere)
 """
 
 from __future__ import annotations
@@ -197,6 +199,16 @@ class StoreError(HumpyardError):
     code = "store_error"
 
 
-class StoreBusy(StoreError):
+class StoreUnavailable(StoreError):
+    """The store did not answer, or asked to slow down, through all of its own retries
+    (DynamoDB: no connection, a reset, a timeout, throttling, a 5xx). Nothing is wrong
+    with what was asked: the same call may succeed later, so the ledger writer keeps
+    what it could not write and tries again (docs/decisions/0006-ledger-overload.md)."""
+
+    status = 503
+    code = "store_unavailable"
+
+
+class StoreBusy(StoreUnavailable):
     """The store could not take its write lock in time (SQLite: another process holds
     the file's write lock); nothing was written, so the write may simply be retried."""

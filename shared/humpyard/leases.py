@@ -3,9 +3,10 @@
 One ``Leases`` per gateway process (or Lambda instance), named by a random
 instance id. It talks to the store's ``LeaseStore`` half
 (``store/sharing.py``) and never on the event loop: every store call runs in a
-worker thread (``asyncio.to_thread`` while a request awaits it, one
-background thread for the writes nobody waits for), except on the memory
-store, whose calls are a dict update under a lock and run in place.
+worker thread (``awaited.Awaited``'s while a request awaits it: bounded in time
+and skipped while the store is down; one background thread for the upkeep and
+the writes nobody waits for), except on the memory store, whose calls are a
+dict update under a lock and run in place.
 
 **Budget leases.** An instance takes a *slice* of a key's budget for the
 period with one conditional write (``lease_budget``: granted only when the
@@ -47,7 +48,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from humpyard.awaited import Awaited
 from humpyard.clock import Clock
+from humpyard.errors import StoreUnavailable
 from humpyard.lease_book import LeaseBook
 from humpyard.limit_blocks import limit_counter
 from humpyard.queued import drained
@@ -89,7 +92,8 @@ class Leases:
         self._books: dict[tuple[str, str], LeaseBook] = {}
         self._lock = threading.Lock()  # the books; never held across a store call
         self._io = threading.Lock()  # one lease write at a time
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: ThreadPoolExecutor | None = None  # upkeep, writes nobody waits for
+        self._awaited = Awaited(clock.monotonic)  # the calls a request waits for
         self._closed = False
         # Per-key limits shared through the store (limit_counters.py), or None.
         self.limit_counter = limit_counter(store, clock, self.instance,
@@ -105,20 +109,24 @@ class Leases:
     async def _run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
         if self.inline:
             return fn(*args, **kw)
-        return await asyncio.to_thread(fn, *args, **kw)
+        return await self._awaited.run(fn, *args, **kw)
+
+    def _background(self) -> ThreadPoolExecutor | None:
+        """The one thread of the upkeep and of the writes nobody waits for (None once
+        closed)."""
+        with self._lock:
+            if self._closed:
+                return None
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="humpyard-leases")
+            return self._pool
 
     def _later(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> None:
         """Run ``fn`` soon, in order, on the background thread (in place on memory)."""
         if self.inline:
             fn(*args, **kw)
             return
-        with self._lock:
-            if self._closed:
-                pool = None
-            else:
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(1, thread_name_prefix="humpyard-leases")
-                pool = self._pool
+        pool = self._background()
         if pool is None:
             fn(*args, **kw)
             return
@@ -175,9 +183,11 @@ class Leases:
                             break
                 if not granted:  # exactly the need: refused only when nothing is left
                     granted = await self._run(self._write, key_id, period, need)
-            except Exception:  # noqa: BLE001 - the store is down: the local check stands
-                log.exception("budget lease for key %s could not be taken; admitting on "
-                              "this instance's view of the budget", key_id)
+            except Exception as exc:  # noqa: BLE001 - the store is down: the local
+                if not isinstance(exc, StoreUnavailable):  # check stands (an outage is
+                    log.exception("budget lease for key %s could not be taken; "  # logged
+                                  "admitting on this instance's view of the budget",  # once)
+                                  key_id)
                 with self._lock:
                     self._book(key_id, period, limit).used += usd
                 return True
@@ -247,12 +257,15 @@ class Leases:
                 answer = self.store.lease_budget(key_id, period, self.instance, limit=limit,
                                                  spent=spent, held=held, want=want, now=now,
                                                  expires_at=now + self.lease_secs, keep=keep)
-            except Exception:
+            except Exception as exc:
+                if isinstance(exc, StoreUnavailable):  # requests do not wait on it now
+                    self._awaited.failed(exc)
                 if spent:  # the ledger writer writes it, or logs and counts it as lost
                     with self._lock:
                         book.settled(spent)
                     self.fallback(key_id, period, spent)
                 raise
+            self._awaited.succeeded()
             with self._lock:
                 book.settled(spent)
                 book.held = answer.held
@@ -333,8 +346,10 @@ class Leases:
         if self.limit_counter is not None:
             self.limit_counter.ticking = True  # settled tokens, free slots wait for it
         while not stop.is_set():
+            pool = self._background()
             try:
-                await asyncio.to_thread(self.tick)
+                if pool is not None:  # never the loop's default threads (awaited.py)
+                    await asyncio.wrap_future(pool.submit(self.tick))
             except Exception:  # noqa: BLE001
                 log.exception("lease upkeep failed")
             try:
@@ -348,6 +363,7 @@ class Leases:
             self._closed = True
             pool, self._pool = self._pool, None
             books = list(self._books)
+        self._awaited.close()
         if pool is not None:
             pool.shutdown(wait=True)
         if self.limit_counter is not None:

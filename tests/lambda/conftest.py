@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from lambda_support import SerialMotoServer
@@ -35,14 +36,27 @@ def aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POWERTOOLS_LOG_DEDUPLICATION_DISABLED", "true")
 
 
-@pytest.fixture(scope="session")
-def moto_url() -> Iterator[str]:
-    """One moto server on loopback for every test that needs processes to share DynamoDB."""
+@contextmanager
+def _quiet_moto() -> Iterator[SerialMotoServer]:
     werkzeug = logging.getLogger("werkzeug")
     level = werkzeug.level
     werkzeug.setLevel(logging.WARNING)  # one line per DynamoDB call otherwise
     try:
         with SerialMotoServer() as server:
-            yield server.url
+            yield server
     finally:
         werkzeug.setLevel(level)
+
+
+@pytest.fixture(scope="session")
+def moto_url() -> Iterator[str]:
+    """One moto server on loopback for every test that needs processes to share DynamoDB."""
+    with _quiet_moto() as server:
+        yield server.url
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[SerialMotoServer]:
+    """A moto server for the module (each module its own, so its call counts are its own)."""
+    with _quiet_moto() as server:
+        yield server

@@ -12,7 +12,6 @@ calls by operation).
 from __future__ import annotations
 
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -49,19 +48,6 @@ admin = true
 manage_overrides = true
 """
 WRITES = ("PutItem", "BatchWriteItem", "UpdateItem", "TransactWriteItems", "DeleteItem")
-
-
-@pytest.fixture(scope="module")
-def moto() -> Iterator[SerialMotoServer]:
-    """This module's own moto server, so its call counts are this module's."""
-    werkzeug = logging.getLogger("werkzeug")
-    level = werkzeug.level
-    werkzeug.setLevel(logging.WARNING)
-    try:
-        with SerialMotoServer() as server:
-            yield server
-    finally:
-        werkzeug.setLevel(level)
 
 
 @pytest.fixture

@@ -242,8 +242,8 @@ class Instance:
         """``flush`` for callers outside the event loop (blocking)."""
         gw = self.gateway
         if not gw.writer.flush(self.env.flush_timeout_secs):
-            log.error("ledger writes still pending after %.1f s; pending=%d",
-                      self.env.flush_timeout_secs, gw.writer.pending)
+            log.error("ledger writes still pending (the store unavailable, or %.1f s "
+                      "passed); pending=%d", self.env.flush_timeout_secs, gw.writer.pending)
         leases = gw.allowance.leases
         if leases is not None and not leases.drain(self.env.flush_timeout_secs):
             log.error("lease writes still pending after %.1f s",  # per-key limit slots,

@@ -3,7 +3,9 @@
 Both writers (``writer.py``: the background thread and the inline writer of the
 memory store) write through ``perform``. A batch the store refuses as a whole
 (``ValueError``: one unusable item) is written again item by item, so only the
-bad item is lost. Every item that is not written is logged at ERROR on
+bad item is lost. A store that is unavailable (``StoreUnavailable``) keeps
+what it could not write for the background writer to try again (``Kept``).
+Every item that is not written is logged at ERROR on
 ``humpyard.store`` with its request id and whole payload as JSON, so it can be
 replayed, and counted in ``humpyard_ledger_lost_total{kind,reason}`` (``Lost``).
 """
@@ -15,7 +17,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
-from humpyard.errors import ConflictError, StoreBusy
+from humpyard.errors import ConflictError, StoreUnavailable
 from humpyard.store.base import Decision, LedgerBatch
 
 if TYPE_CHECKING:
@@ -90,12 +92,27 @@ class Lost:
             self.metrics.ledger_lost.inc(len(spend), kind="spend", reason=reason)
 
 
-def perform(store: Any, batch: LedgerBatch, lost: Lost, *, busy: bool = False) -> None:
-    """Write ``batch``; never raises (but see ``busy``). What cannot be written is
+class Kept(Exception):
+    """Raised by ``perform(keep=True)``: the store was unavailable, and ``batch`` (all of
+    the batch or the part the store says it did not write) is to be tried again."""
+
+    def __init__(self, batch: LedgerBatch, cause: StoreUnavailable) -> None:
+        super().__init__(str(cause))
+        self.batch = batch
+        self.cause = cause
+
+
+def perform(store: Any, batch: LedgerBatch, lost: Lost, *, keep: bool = False) -> None:
+    """Write ``batch``; never raises (but see ``keep``). What cannot be written is
     logged and counted.
 
-    With ``busy``, a ``StoreBusy`` (the store could not take its write lock in time,
-    and wrote nothing) is raised for the caller to retry the whole batch.
+    With ``keep``, a ``StoreUnavailable`` (the store could not be reached, asked to
+    slow down, or could not take its write lock in time: SQLite's ``StoreBusy``)
+    raises ``Kept`` with what is still to be written, for the caller to try again.
+    A decision is written once however often it is tried (the store skips a request
+    id it has). Spend is tried again when the store says it was not written; an add
+    whose answer was lost after it was sent (a reset, a read timeout) may then be
+    counted twice, which errs toward the budget holding.
 
     ``ValueError`` means the store refused an item and wrote nothing (see
     ``LedgerStore.write_batch``): the items are then written one at a time so
@@ -110,14 +127,12 @@ def perform(store: Any, batch: LedgerBatch, lost: Lost, *, busy: bool = False) -
         if len(batch) == 1:
             _lose(batch, lost, *_failure())
             return
-    except StoreBusy:
-        if busy:
-            raise
-        _lose(batch, lost, *_failure())
-        return
     except Exception as exc:
         unwritten = getattr(exc, "unwritten", None)
-        _lose(unwritten if isinstance(unwritten, LedgerBatch) else batch, lost, *_failure())
+        part = unwritten if isinstance(unwritten, LedgerBatch) else batch
+        if keep and isinstance(exc, StoreUnavailable):
+            raise Kept(part, exc) from exc
+        _lose(part, lost, *_failure())
         return
     for d in batch.decisions:
         perform(store, LedgerBatch(decisions=[d]), lost)

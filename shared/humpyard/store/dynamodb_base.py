@@ -8,14 +8,19 @@ Errors, as the rest of the store sees them::
     │                       when ReturnValuesOnConditionCheckFailure asked for it)
     ├── Cancelled           a TransactionCanceledException lost on a condition
     │                       (carries the per-item reason codes)
+    ├── StoreUnavailable    no answer, a reset, a timeout, throttling or a 5xx,
+    │                       after the retries (the same call may succeed later)
     └── StoreError          anything else, after retries where retrying is safe
 
 Throttling (``ProvisionedThroughputExceededException``, ``ThrottlingException``,
 ``RequestLimitExceeded``), 5xx answers, transaction conflicts and connection
 failures are retried ``max_attempts - 1`` times with a jittered, doubling
-backoff slept through the injected clock; then ``StoreError``. A retried
-5xx or read timeout on an ``ADD`` may count twice (the first attempt may
-have landed); a decision is a conditional put, so its retries never do.
+backoff slept through the injected clock; then ``StoreUnavailable``. A
+connection reset is retried for a read (``READS``) only; for a write, and a
+read timeout for any call, it is ``StoreUnavailable`` at once (a write may
+have landed; a timeout would only be waited for again). A retried 5xx on an
+``ADD`` may count twice (the first attempt may have landed); a decision is a
+conditional put, so its retries never do.
 Every transaction conflict (``TransactionConflict``) is reported to
 ``on_conflict`` before it is retried, for the metric.
 
@@ -35,11 +40,16 @@ from datetime import date
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionClosedError,
+    HTTPClientError,
+)
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from humpyard.clock import Clock, time_key
-from humpyard.errors import StoreError
+from humpyard.errors import StoreError, StoreUnavailable
 
 Item = dict[str, dict[str, Any]]
 """An item in DynamoDB's typed wire form: ``{"name": {"S": "..."}}``."""
@@ -55,6 +65,8 @@ DAY = 86_400
 CLOCK_SKEW_SECS = 300.0
 """How far ahead of this instance's clock another instance may stamp a decision."""
 
+READS = frozenset({"get_item", "batch_get_item", "query", "scan", "describe_table"})
+"""Calls that change nothing, so a connection reset is retried like a refused one."""
 BACKOFF_FIRST_SECS = 0.025
 BACKOFF_MAX_SECS = 0.4
 MAX_BATCH_GET = 100
@@ -268,12 +280,20 @@ class DynamoDBBase:
                     status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
                     retry = code in THROTTLING_CODES or int(status or 0) >= 500
                 if not retry or attempt == self._max_attempts:
-                    raise StoreError(f"dynamodb {op} failed after {attempt} attempt(s): "
-                                     f"{code or 'error'}: {_message(exc)}") from exc
+                    kind = StoreUnavailable if retry else StoreError
+                    raise kind(f"dynamodb {op} failed after {attempt} attempt(s): "
+                               f"{code or 'error'}: {_message(exc)}") from exc
             except BotoConnectionError as exc:
                 if attempt == self._max_attempts:
-                    raise StoreError(f"dynamodb {op} failed after {attempt} attempt(s): "
-                                     f"{exc}") from exc
+                    raise StoreUnavailable(f"dynamodb {op} failed after {attempt} "
+                                           f"attempt(s): {exc}") from exc
+            except HTTPClientError as exc:
+                # A reset (a pooled connection the server closed as it was reused) is
+                # asked again for a read; a write may have landed, and a read timeout
+                # would only be waited for again.
+                if op not in READS or not isinstance(exc, ConnectionClosedError) \
+                        or attempt == self._max_attempts:
+                    raise StoreUnavailable(f"dynamodb {op} failed: {exc}") from exc
             except BotoCoreError as exc:
                 raise StoreError(f"dynamodb {op} failed: {exc}") from exc
             self._sleep(self._backoff(attempt))

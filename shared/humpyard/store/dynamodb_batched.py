@@ -24,6 +24,15 @@ reported as unwritten (``LedgerWriteError``), so the writer logs them whole.
 Write units are the same as one ``PutItem`` per decision (DynamoDB bills per
 item); the batch saves round trips, threads and CPU, not units.
 
+A long-lived process never waits for a read of the shared view
+(``stale_reads_ok``, as the workers' SQLite file): its background refresh
+re-reads it every half ``state_refresh_ms``, so while the tables answer the
+view is as fresh as a Lambda instance's, and when they do not (a partition:
+each read waits for the client's timeouts) requests are served on the last
+view instead of the event loop waiting on the network. A Lambda instance,
+which serves one request at a time and may have been frozen for minutes,
+waits for a view older than ``state_refresh_ms`` (``shared_state.py``).
+
 ``before_close`` callables run first in ``close`` (the gateway closes the
 store last, after its writer): the serve wiring flushes the pending latency
 samples there.
@@ -35,7 +44,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from humpyard.errors import StoreError
+from humpyard.errors import StoreError, StoreUnavailable
 from humpyard.records import request_time
 from humpyard.store import decisions as dec
 from humpyard.store.base import LedgerBatch
@@ -49,7 +58,10 @@ logger = logging.getLogger("humpyard.store")
 
 
 class BatchedDynamoDBStore(DynamoDBStore):
-    """``DynamoDBStore`` whose ``write_batch`` puts decisions 25 to a ``BatchWriteItem``."""
+    """``DynamoDBStore`` whose ``write_batch`` puts decisions 25 to a ``BatchWriteItem``,
+    and whose shared view is never waited for (``stale_reads_ok``)."""
+
+    stale_reads_ok = True
 
     def __init__(self, state_table: str, ledger_table: str, **kwargs: Any) -> None:
         super().__init__(state_table, ledger_table, **kwargs)
@@ -67,8 +79,8 @@ class BatchedDynamoDBStore(DynamoDBStore):
         try:
             known = self._recorded([row for row, _ in by_id.values()])
         except StoreError as exc:
-            raise LedgerWriteError(f"{len(batch)} ledger writes failed: {exc}",
-                                   batch) from exc
+            raise LedgerWriteError.of(f"{len(batch)} ledger writes failed: {exc}",
+                                      batch, exc) from exc
         pending = [v for k, v in by_id.items() if k not in known]
         recorded: list[dec.DecisionRow] = []
         for start in range(0, len(pending), MAX_BATCH_WRITE):
@@ -84,9 +96,9 @@ class BatchedDynamoDBStore(DynamoDBStore):
                     unwritten.decisions.append(decision)
                 else:
                     recorded.append(row)
-            if left and failure is None:
-                failure = StoreError(f"dynamodb batch_write_item left {len(left)} "
-                                     "decisions unprocessed")
+            if left and failure is None:  # throttled past the retries
+                failure = StoreUnavailable(f"dynamodb batch_write_item left {len(left)} "
+                                           "decisions unprocessed")
         self._finish_batch(batch, recorded, spend, unwritten, failure)
 
     def _recorded(self, rows: list[dec.DecisionRow]) -> set[str]:

@@ -37,7 +37,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from humpyard.errors import ConflictError, StoreError
+from humpyard.errors import ConflictError, StoreError, StoreUnavailable
 from humpyard.records import request_time
 from humpyard.store import decisions as dec
 from humpyard.store.base import LedgerBatch
@@ -98,6 +98,18 @@ class LedgerWriteError(StoreError):
         super().__init__(message)
         self.unwritten = unwritten
 
+    @staticmethod
+    def of(message: str, unwritten: LedgerBatch, failure: StoreError) -> LedgerWriteError:
+        """The error for ``unwritten`` after ``failure``: ``LedgerUnavailable`` when
+        the store was unavailable (the writer keeps the part and tries it again)."""
+        kind = LedgerUnavailable if isinstance(failure, StoreUnavailable) else LedgerWriteError
+        return kind(message, unwritten)
+
+
+class LedgerUnavailable(LedgerWriteError, StoreUnavailable):
+    """``LedgerWriteError`` because the store was unavailable: ``unwritten`` may be
+    written again later."""
+
 
 @dataclass
 class _Shard:
@@ -151,8 +163,8 @@ class DynamoDBLedger(DynamoDBStats):
                 unwritten.spend[(key_id, period)] = usd
         self._flush_stats_when_due()
         if failure is not None:
-            raise LedgerWriteError(f"{len(unwritten)} of {len(batch)} ledger writes failed: "
-                                   f"{failure}", unwritten) from failure
+            raise LedgerWriteError.of(f"{len(unwritten)} of {len(batch)} ledger writes "
+                                      f"failed: {failure}", unwritten, failure) from failure
 
     def _put_decision(self, row: dec.DecisionRow) -> bool:
         """Write the decision item; False when its request id is already recorded."""

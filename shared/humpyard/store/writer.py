@@ -9,10 +9,12 @@ gets. It waits ``linger_secs`` after the first item of a batch so that
 moderate traffic is also written in batches, not one transaction per request;
 ``flush`` and ``close`` cut that wait short.
 
-A batch the store is too busy to take (``StoreBusy``: another process holds
-the SQLite file's write lock past the busy wait) is kept and retried until
-the lock is free, so a long-held lock loses nothing; only closing during
-that wait gives it up (docs/decisions/0013-reads-off-the-loop.md).
+A batch the store cannot take for now (``StoreUnavailable``: DynamoDB
+unreachable or throttling past its own retries; ``StoreBusy``: another process
+holds the SQLite file's write lock past the busy wait) is kept, or the part of it
+the store did not write, and tried again until the store takes it, so an outage
+or a long-held lock loses nothing; only closing during that wait gives it up
+(docs/decisions/0006-ledger-overload.md, 0013-reads-off-the-loop.md).
 
 The queue is bounded (docs/decisions/0006-ledger-overload.md): spend is summed
 per key and period while it waits, so it takes constant room and is never
@@ -30,15 +32,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from humpyard.errors import StoreBusy
+from humpyard.errors import StoreBusy, StoreUnavailable
 from humpyard.store.base import Decision, LedgerBatch
-from humpyard.store.batch_write import Lost, perform
+from humpyard.store.batch_write import Kept, Lost, perform
 from humpyard.store.rows import check_usd
 
 if TYPE_CHECKING:
@@ -57,6 +60,10 @@ for tens of milliseconds, not seconds."""
 BUSY_RETRY_SECS = 0.05
 """Pause before retrying a batch the store was too busy to take (after its own busy
 wait: SQLite waits up to 5 s for the lock before saying so)."""
+UNAVAILABLE_FIRST_SECS = 0.5
+UNAVAILABLE_MAX_SECS = 5.0
+"""Pauses before trying again a batch an unavailable store could not take (after its
+own retries): doubling from the first to the most, each drawn from its top half."""
 DEFAULT_LINGER_SECS = 0.025
 """How long the first item of a batch waits for company before it is written."""
 
@@ -79,7 +86,8 @@ class BackgroundWriter:
 
     def __init__(self, store: Any, *, max_pending: int = DEFAULT_MAX_PENDING,
                  max_batch: int = DEFAULT_MAX_BATCH, linger_secs: float = DEFAULT_LINGER_SECS,
-                 clock: Any = None, name: str = "humpyard-store-writer") -> None:
+                 clock: Any = None, name: str = "humpyard-store-writer",
+                 rng: random.Random | None = None) -> None:
         if max_pending < 1 or max_batch < 1:
             raise ValueError("max_pending and max_batch must be at least 1")
         self._store = store
@@ -87,6 +95,7 @@ class BackgroundWriter:
         self._max_batch = max_batch
         self._linger = linger_secs
         self._monotonic: Callable[[], float] = clock.monotonic if clock else time.monotonic
+        self._rng = rng or random.Random()
         self._lost = Lost()
         self._cond = threading.Condition()
         self._decisions: deque[tuple[float, Decision]] = deque()
@@ -94,6 +103,7 @@ class BackgroundWriter:
         self._spend_since: float | None = None
         self._writing = 0  # items in the batch being written
         self._writing_since: float | None = None
+        self._failed_tries = 0  # tries to write that the store was unavailable for
         self._hurry = 0  # flush() callers waiting: skip the linger
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
@@ -178,16 +188,23 @@ class BackgroundWriter:
             metrics.ledger_lag.set(round(self.lag(), 3))
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Write everything submitted so far; False if ``timeout`` passed first."""
+        """Write everything submitted so far; False if ``timeout`` passed first, or as
+        soon as a try to write fails because the store is unavailable (the writer
+        keeps what it holds and goes on trying; a waiting flush makes it try at once,
+        and a caller gains nothing by waiting out an outage)."""
         with self._cond:
             self._hurry += 1
             self._cond.notify_all()
+            failed = self._failed_tries
             try:
-                return self._cond.wait_for(
-                    lambda: not self._decisions and not self._spend and not self._writing,
-                    timeout)
+                self._cond.wait_for(lambda: self._failed_tries != failed or self._empty(),
+                                    timeout)
+                return self._empty()
             finally:
                 self._hurry -= 1
+
+    def _empty(self) -> bool:
+        return not self._decisions and not self._spend and not self._writing
 
     @property
     def running(self) -> bool:
@@ -256,28 +273,49 @@ class BackgroundWriter:
 
 
     def _write_when_free(self, batch: LedgerBatch) -> None:
-        """Write ``batch``; while the store's write lock is held elsewhere (another
-        process on the SQLite file, past its busy wait), keep the batch and try again,
-        so a long-held lock loses nothing: new items queue behind it, within
-        ``max_pending``. Once closing, a busy store loses the batch (logged whole)
-        rather than hold up the exit."""
-        waited = False
+        """Write ``batch``. While the store is unavailable (DynamoDB unreachable or
+        throttling past its own retries; the SQLite file's write lock held elsewhere
+        past its busy wait), keep what it could not write and try again, so an outage
+        loses nothing: new items queue behind it, within ``max_pending``. Once
+        closing, an unavailable store loses what is left (logged whole) rather than
+        hold up the exit."""
+        waited = 0
         while True:
             with self._cond:
                 closing = self._closed
             try:
-                perform(self._store, batch, self._lost, busy=not closing)
-            except StoreBusy:
-                if not waited:
-                    waited = True
-                    logger.warning("ledger write waiting: the file's write lock is held "
-                                   "elsewhere; %d items kept and retried", len(batch))
+                perform(self._store, batch, self._lost, keep=not closing)
+            except Kept as kept:
+                batch = kept.batch
                 with self._cond:
-                    self._cond.wait_for(lambda: self._closed, BUSY_RETRY_SECS)
+                    self._writing = len(batch)
+                    self._failed_tries += 1
+                    self._cond.notify_all()  # a waiting flush() returns
+                if not waited:
+                    logger.warning("ledger write waiting: %s; %d items kept and retried",
+                                   _why(kept.cause), len(batch))
+                waited += 1
+                with self._cond:  # a flush() waiting makes it try again at once
+                    self._cond.wait_for(lambda: self._closed or self._hurry > 0,
+                                        self._pause(kept.cause, waited))
                 continue
             if waited:
-                logger.warning("ledger write done after waiting for the write lock")
+                logger.warning("ledger write done after %d tries", waited + 1)
             return
+
+    def _pause(self, cause: StoreUnavailable, tries: int) -> float:
+        """Seconds before trying again: a held lock briefly (SQLite waited already);
+        an unavailable store doubling, with jitter so processes do not try in step."""
+        if isinstance(cause, StoreBusy):
+            return BUSY_RETRY_SECS
+        rung = min(UNAVAILABLE_FIRST_SECS * 2 ** (tries - 1), UNAVAILABLE_MAX_SECS)
+        return self._rng.uniform(rung / 2, rung)
+
+
+def _why(cause: StoreUnavailable) -> str:
+    if isinstance(cause, StoreBusy):
+        return "the file's write lock is held elsewhere"
+    return f"the store is unavailable ({cause})"
 
 
 class InlineWriter:

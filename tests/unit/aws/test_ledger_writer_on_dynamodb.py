@@ -31,9 +31,10 @@ def decision(rid: str) -> dict[str, Any]:
 
 def test_only_what_dynamodb_did_not_write_is_counted_lost(
         client: Any, clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
-    # Every spend ADD is throttled (all four attempts): the decision lands, the spend
-    # does not, and only the spend is logged and counted.
-    failing = Failing(client, times=4, operations=frozenset({"UpdateItem"}))
+    # The spend ADD is refused for good (not throttling: a retry would not help): the
+    # decision lands, the spend does not, and only the spend is logged and counted.
+    failing = Failing(client, times=1, code="ValidationException",
+                      operations=frozenset({"UpdateItem"}))
     store = DynamoDBStore(STATE, LEDGER, clock=clock, client=failing)
     metrics = GatewayMetrics(Metrics())
     writer = BackgroundWriter(store, clock=clock)
@@ -46,7 +47,34 @@ def test_only_what_dynamodb_did_not_write_is_counted_lost(
     assert metrics.ledger_lost.value(kind="spend", reason="error") == 1
     assert metrics.ledger_lost.value(kind="decision", reason="error") == 0
     [line] = [r.getMessage() for r in caplog.records]
-    assert "spend not written key_id=ci" in line and "ThrottlingException" in line
+    assert "spend not written key_id=ci" in line and "ValidationException" in line
+    writer.close()
+
+
+def test_what_a_throttled_store_did_not_write_is_kept_and_written_later(
+        client: Any, clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
+    """Before: a spend ADD throttled through the store's four attempts was counted lost,
+    so a busy table let keys spend past their budget."""
+    failing = Failing(client, times=4, operations=frozenset({"UpdateItem"}))
+    counted = CallCounter(failing)
+    store = DynamoDBStore(STATE, LEDGER, clock=clock, client=counted)
+    metrics = GatewayMetrics(Metrics())
+    writer = BackgroundWriter(store, clock=clock)
+    writer.use_metrics(metrics)
+    with caplog.at_level(logging.WARNING, logger="humpyard.store"):
+        writer.submit_decision(decision("r1"))
+        writer.submit_spend("ci", "day:x", 0.5)
+        assert not writer.flush(timeout=30)  # said at once: the store was unavailable
+        assert writer.pending == 1  # the spend, kept
+        assert writer.flush(timeout=30)  # a flush makes the writer try again at once
+    assert store.get_spend("ci", "day:x") == 0.5  # added once
+    assert store.get_decision("r1") is not None
+    assert counted.calls["PutItem"] == 1  # the decision was not tried again
+    assert metrics.ledger_lost.value(kind="spend", reason="error") == 0
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0].startswith("ledger write waiting: the store is unavailable")
+    assert "ThrottlingException" in lines[0] and "1 items kept" in lines[0]
+    assert lines[-1] == "ledger write done after 2 tries"
     writer.close()
 
 

@@ -1,0 +1,135 @@
+"""``humpyard serve`` on DynamoDB while the tables cannot be reached for a while.
+
+A real ``serve`` child talks to a moto server through a ``TcpRelay`` that the
+test cuts (every connection reset, every new one refused) and mends: a
+network partition or an endpoint that is down, as the store's client sees it.
+Requests keep being served; what the process could not write then is written
+when the store answers again, and nothing is counted lost.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+from lambda_support import SerialMotoServer, gateway_config
+from test_serve_on_dynamodb import AWS_ENV, fresh_tables, store_toml
+
+from tests.durability.process import ServeProcess
+from tests.support import FakeUpstream, ok
+from tests.support.polling import until
+from tests.support.tcp_relay import TcpRelay
+
+APP, OPS = "hk-app-outage-key", "hk-ops-outage-key"
+KEYS_TOML = """
+[keys.app]
+key_env = "APP_KEY"
+budget = { usd = 100.0, period = "day" }
+
+[keys.ops]
+key_env = "OPS_KEY"
+admin = true
+"""
+DOLLAR = {"prompt_tokens": 1_000_000, "completion_tokens": 0, "total_tokens": 1_000_000}
+
+
+@contextmanager
+def serving(moto: SerialMotoServer, tmp_path: Path) -> Iterator[tuple[ServeProcess, TcpRelay]]:
+    """A ``serve`` of the key ``app`` ($1 a request on ``primary``) on fresh tables that
+    it reaches through a relay (stopped, and the relay mended, at the end)."""
+    port = int(moto.url.rsplit(":", 1)[1])
+    with FakeUpstream() as primary, FakeUpstream() as backup, TcpRelay(port) as relay:
+        primary.default = ok("a dollar", usage=DOLLAR)  # $1 a request at $1 per million
+        state, ledger = fresh_tables(moto.url)
+        path = tmp_path / "humpyard.toml"
+        path.write_text(gateway_config(primary.url, backup.url) + KEYS_TOML
+                        + store_toml(relay.url, state, ledger))
+        proc = ServeProcess(path, tmp_path / "serve.log",
+                            env={**AWS_ENV, "APP_KEY": APP, "OPS_KEY": OPS})
+        proc.start(30)
+        try:
+            yield proc, relay
+        finally:
+            relay.mend()
+            proc.stop()
+
+
+def _metric(proc: ServeProcess, name: str) -> float:
+    text = httpx.get(proc.url + "/metrics", timeout=10,
+                     headers={"authorization": f"Bearer {OPS}"}).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
+
+
+def test_what_an_unreachable_store_could_not_take_is_written_when_it_answers(
+        moto: SerialMotoServer, tmp_path: Path) -> None:
+    """Before: every decision made while the store was cut was logged and counted
+    lost (``humpyard_ledger_lost_total``), and the admin read was a 500."""
+    with serving(moto, tmp_path) as (proc, relay):
+        def chat() -> str:
+            r = httpx.post(proc.url + "/v1/chat/completions", timeout=30,
+                           headers={"authorization": f"Bearer {APP}"},
+                           json={"model": "auto",
+                                 "messages": [{"role": "user", "content": "hi"}]})
+            assert r.status_code == 200, r.text
+            assert r.headers["x-humpyard-target"] == "primary"
+            return r.headers["x-humpyard-request-id"]
+
+        def listed() -> set[str]:
+            r = httpx.get(proc.url + "/v1/decisions", params={"limit": 100}, timeout=30,
+                          headers={"authorization": f"Bearer {OPS}"})
+            assert r.status_code == 200, r.text
+            return {d["request_id"] for d in r.json()["decisions"]}
+
+        ids = [chat() for _ in range(2)]
+        until(lambda: set(ids) <= listed(), "the first decisions written")
+
+        relay.cut()
+        ids += [chat() for _ in range(6)]  # served while the store is away
+        until(lambda: _metric(proc, "humpyard_ledger_lag_seconds") >= 1.0,
+              "the writer to be holding what it could not write", timeout=20)
+        down = httpx.get(proc.url + "/v1/decisions", timeout=30,
+                         headers={"authorization": f"Bearer {OPS}"})
+        assert down.status_code == 503, down.text
+        assert down.json()["error"]["code"] == "store_unavailable"
+        assert httpx.get(proc.url + "/readyz", timeout=10).status_code == 503
+        time.sleep(1.0)  # the writer tries again meanwhile, and fails again
+
+        relay.mend()
+        until(lambda: set(ids) <= listed(), "every decision written once the store "
+              "answers", timeout=30)
+        assert _metric(proc, "humpyard_ledger_lost_total") == 0
+        until(lambda: _metric(proc, "humpyard_budget_spend_usd") >= len(ids),
+              f"the spend of all {len(ids)} requests counted", timeout=30)
+        assert _metric(proc, "humpyard_budget_spend_usd") < len(ids) + 0.01
+    log = (tmp_path / "serve.log").read_text()
+    assert "ledger decision not written" not in log
+    assert "ledger write waiting" in log
+
+
+def test_a_stalled_store_holds_up_no_request(moto: SerialMotoServer, tmp_path: Path) -> None:
+    """The store's network goes silent (no reset, no answer: a partition) while a
+    budgeted key uses up its lease, so its requests need lease writes.
+    Before: the event loop itself waited for reads of the shared view (every request
+    stalled with it; one took 75 s), and each request of the key waited for its own
+    lease write's timeouts, behind the background work's."""
+    with serving(moto, tmp_path) as (proc, relay):
+        def chat() -> float:
+            started = time.monotonic()
+            r = httpx.post(proc.url + "/v1/chat/completions", timeout=120,
+                           headers={"authorization": f"Bearer {APP}"},
+                           json={"model": "auto",
+                                 "messages": [{"role": "user", "content": "hi"}]})
+            assert r.status_code == 200, r.text
+            return time.monotonic() - started
+
+        chat()
+        relay.stall()
+        took = [chat() for _ in range(30)]  # $30: three slices of the $100 budget
+        # A request waits at most 3 s for a lease write, and after a failure none
+        # asks for a pause (1 s, doubling): a few waited, none for the timeouts.
+        assert max(took) < 8, took
+        assert len([t for t in took if t > 1]) <= 4, took
