@@ -26,6 +26,7 @@ The caller then admits on its own view, as it does for any store failure
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -89,22 +90,26 @@ class Awaited:
             log.warning("the store answers again: budgets and per-key limits are "
                         "counted in it")
 
-    async def run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+    async def run(self, fn: Callable[..., T], *args: Any,
+                  on_late: Callable[[T], object] | None = None, **kw: Any) -> T:
         """``fn(*args, **kw)`` on this object's threads, awaited at most ``wait_secs``;
-        ``StoreUnavailable`` at once while ``down()``."""
+        ``StoreUnavailable`` at once while ``down()``. ``on_late`` gets the result of a
+        call that succeeded after its caller stopped waiting (timed out or cancelled),
+        to undo what nobody will use (a slot taken for a request admitted without it)."""
         if self.down():
             raise StoreUnavailable("the store failed moments ago; not asked again yet")
-        done = asyncio.wrap_future(self._executor().submit(fn, *args, **kw))
+        call = self._executor().submit(fn, *args, **kw)
+        done = asyncio.wrap_future(call)
         try:
             result = await asyncio.wait_for(asyncio.shield(done), self.wait_secs)
-        except TimeoutError:
+        except (TimeoutError, asyncio.CancelledError) as exc:
             done.add_done_callback(_retrieve)
+            call.add_done_callback(functools.partial(_late, on_late))  # in its thread
+            if isinstance(exc, asyncio.CancelledError):
+                raise
             self.failed(f"no answer within {self.wait_secs:g} s")
             raise StoreUnavailable(f"the store did not answer within {self.wait_secs:g} s"
                                    ) from None
-        except asyncio.CancelledError:
-            done.add_done_callback(_retrieve)
-            raise
         except StoreUnavailable as exc:
             self.failed(exc)
             raise
@@ -129,8 +134,18 @@ class Awaited:
             pool.shutdown(wait=False)
 
 
-def _retrieve(done: asyncio.Future[Any] | Future[Any]) -> None:
-    """Nobody awaits ``done`` any more: take its outcome so it is not reported."""
+def _retrieve(done: asyncio.Future[Any]) -> None:
+    """Nobody awaits ``done`` any more: its outcome is taken, so it is not reported."""
     if not done.cancelled():
         done.exception()
+
+
+def _late(on_late: Callable[[Any], object] | None, done: Future[Any]) -> None:
+    """A call nobody waits for any more ended: a result goes to ``on_late``."""
+    if done.cancelled() or done.exception() is not None or on_late is None:
+        return
+    try:
+        on_late(done.result())
+    except Exception:  # noqa: BLE001 - an undo that fails leaves what a lease expiry ends
+        log.exception("a store call's late result could not be undone")
 

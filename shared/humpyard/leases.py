@@ -48,7 +48,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from humpyard.awaited import Awaited
+from humpyard.awaited import WAIT_SECS, Awaited
 from humpyard.clock import Clock
 from humpyard.errors import StoreUnavailable
 from humpyard.lease_book import LeaseBook
@@ -76,7 +76,7 @@ class Leases:
 
     def __init__(self, store: Any, clock: Clock, *, instance: str | None = None,
                  flush_secs: float | None = None, lease_secs: float = LEASE_SECS,
-                 idle_secs: float = IDLE_SECS,
+                 idle_secs: float = IDLE_SECS, wait_secs: float = WAIT_SECS,
                  fallback: Callable[[str, str, float], object] | None = None) -> None:
         self.store = store
         # Where spend goes when a lease write carrying it fails: the ledger writer.
@@ -93,7 +93,7 @@ class Leases:
         self._lock = threading.Lock()  # the books; never held across a store call
         self._io = threading.Lock()  # one lease write at a time
         self._pool: ThreadPoolExecutor | None = None  # upkeep, writes nobody waits for
-        self._awaited = Awaited(clock.monotonic)  # the calls a request waits for
+        self._awaited = Awaited(clock.monotonic, wait_secs=wait_secs)  # a request's calls
         self._closed = False
         # Per-key limits shared through the store (limit_counters.py), or None.
         self.limit_counter = limit_counter(store, clock, self.instance,
@@ -106,10 +106,11 @@ class Leases:
 
     # -- running store calls off the loop -------------------------------------
 
-    async def _run(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+    async def _run(self, fn: Callable[..., T], *args: Any,
+                   on_late: Callable[[T], object] | None = None, **kw: Any) -> T:
         if self.inline:
             return fn(*args, **kw)
-        return await self._awaited.run(fn, *args, **kw)
+        return await self._awaited.run(fn, *args, on_late=on_late, **kw)
 
     def _background(self) -> ThreadPoolExecutor | None:
         """The one thread of the upkeep and of the writes nobody waits for (None once
@@ -292,8 +293,12 @@ class Leases:
                                 tokens=tokens)
         if held is not None:
             return held
+        def late(count: LimitCount) -> None:  # the request went on without it (timed out,
+            if count.refused is None and parallel is not None:  # or gone): its slot back
+                counter.release(key_id, window=window, tokens=0, parallel=True)
+
         return await self._run(counter.take, key_id, window=window, rpm=rpm, tpm=tpm,
-                               parallel=parallel, tokens=tokens, now=now)
+                               parallel=parallel, tokens=tokens, now=now, on_late=late)
 
     def release_limits(self, key_id: str, *, window: float, tokens: int,
                        parallel: bool) -> None:

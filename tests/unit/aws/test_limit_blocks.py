@@ -29,6 +29,7 @@ from humpyard.store.dynamodb import DynamoDBStore
 from humpyard.store.dynamodb_calls import count_calls
 from humpyard.store.dynamodb_keys import LIMITS_TTL_SECS, limits_key
 from humpyard.store.dynamodb_schema import TTL_ATTRIBUTE
+from tests.support.polling import until
 from tests.unit.aws.lambda_pair import HeldUpstream, clients, lambda_instances
 from tests.unit.aws.moto_support import LEDGER, STATE, Failing, SerializedClient
 
@@ -381,3 +382,43 @@ def test_a_keys_limits_item_expires_a_week_after_its_last_write(client: Any,
     minute.advance(3600)
     assert take(a, minute, rpm_limit=5).refused is None
     assert expiry() == pytest.approx(minute.now() + LIMITS_TTL_SECS, abs=1)
+
+
+class HeldWrites:
+    """A client proxy whose ``update_item`` calls wait until ``go`` is set."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.go = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if name != "update_item":
+            return attr
+
+        def held(**kwargs: Any) -> Any:
+            self.go.wait(30)
+            return attr(**kwargs)
+        return held
+
+
+def test_a_slot_taken_after_its_request_stopped_waiting_is_given_back(
+        client: Any, minute: FakeClock) -> None:
+    """The store answers after the request gave up waiting (and was admitted on this
+    instance's own counts): the slot it took is given back, not held for good. Before:
+    the instance kept it, renewing it every tick, and the key lost one parallel slot."""
+    held = HeldWrites(client)
+    a = Allowance(Leases(DynamoDBStore(STATE, LEDGER, clock=minute, client=held), minute,
+                         wait_secs=0.1))
+    assert a.leases is not None
+    got = take(a, minute, max_parallel_requests=1)
+    assert got.hold is not None and not got.hold.shared  # did not wait for the store
+    a.settle(got.hold, None)
+    held.go.set()  # the slot is taken now, for nobody
+    (b,) = instances(client, minute, 1)
+
+    def free() -> bool:
+        tick(a)  # gives back a's free slots
+        return counts(b, minute, max_parallel_requests=1).in_flight == 0
+    until(free, "the late slot given back")
+    assert take(b, minute, max_parallel_requests=1).hold is not None
