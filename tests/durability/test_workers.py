@@ -108,6 +108,27 @@ def on_both_workers(url: str, n: int, model: str) -> tuple[httpx.Client, list[ht
     raise AssertionError("ten rounds of new connections all landed on one worker")
 
 
+def pinned_pair(url: str) -> list[httpx.Client]:
+    """Two clients of one kept-alive connection each, on different workers: requests
+    sent through them alternate between the workers whatever the kernel would choose for
+    a new connection (one refused request each, without a key, tells which worker)."""
+    found: dict[str, httpx.Client] = {}
+    for _ in range(10):
+        clients = [httpx.Client(timeout=30, limits=httpx.Limits(
+            max_connections=1, max_keepalive_connections=1)) for _ in range(6)]
+        with ThreadPoolExecutor(len(clients)) as pool:
+            answers = list(pool.map(lambda c: post(url, "t", None, c), clients))
+        for client, answer in zip(clients, answers, strict=True):
+            worker = worker_of(answer.headers["x-humpyard-request-id"])
+            if worker in found:
+                client.close()
+            else:
+                found[worker] = client
+        if len(found) == 2:
+            return list(found.values())
+    raise AssertionError("ten rounds of new connections all landed on one worker")
+
+
 def fresh_connections() -> httpx.Client:
     """A client that opens a new connection for every request (none is kept alive)."""
     return httpx.Client(timeout=30, limits=httpx.Limits(max_keepalive_connections=0))
@@ -285,7 +306,12 @@ rpm_limit = 4
             assert len(workers) == 2, "ten rounds all landed on one worker"
             # four requests a minute, one after another on new connections
             poll(lambda: time.time() % 60 < 45, timeout=30, what="room left in the minute")
-            seq = [post(server.url, "fast", "rpm-secret") for _ in range(12)]
+            pair = pinned_pair(server.url)  # sequential new connections may all land on
+            try:                            # one worker: alternate between two kept ones
+                seq = [post(server.url, "fast", "rpm-secret", pair[i % 2]) for i in range(12)]
+            finally:
+                for client in pair:
+                    client.close()
             assert [r.status_code for r in seq] == [200] * 4 + [429] * 8
             assert len({worker_of(r.headers["x-humpyard-request-id"]) for r in seq}) == 2
             assert len(fast.requests_to(CHAT)) == 4
