@@ -11,7 +11,9 @@ down every request of the key would pay them again. So these calls run:
   waiting for their timeouts;
 - bounded: a request waits at most ``WAIT_SECS`` for one, then gets
   ``StoreUnavailable`` (the call finishes in its thread, and what it learns is
-  kept: a lease write updates the lease's book there);
+  kept: a lease write updates the lease's book there; what nobody will use is
+  undone by the caller's ``on_late``: a slot taken for a request that went on
+  without it);
 - not at all while the store is known to be down: after a call fails as
   unavailable (``failed``), calls raise ``StoreUnavailable`` at once for a pause
   that doubles with each outage's failures (``FIRST_PAUSE_SECS`` up to
