@@ -184,11 +184,11 @@ class Leases:
                             break
                 if not granted:  # exactly the need: refused only when nothing is left
                     granted = await self._run(self._write, key_id, period, need)
-            except Exception as exc:  # noqa: BLE001 - the store is down: the local
-                if not isinstance(exc, StoreUnavailable):  # check stands (an outage is
-                    log.exception("budget lease for key %s could not be taken; "  # logged
-                                  "admitting on this instance's view of the budget",  # once)
-                                  key_id)
+            except Exception as exc:  # noqa: BLE001 - the store is down: the local check
+                # stands. An outage is logged once (awaited.py), anything else each time.
+                if not isinstance(exc, StoreUnavailable):
+                    log.exception("budget lease for key %s could not be taken; "
+                                  "admitting on this instance's view of the budget", key_id)
                 with self._lock:
                     self._book(key_id, period, limit).used += usd
                 return True
@@ -293,8 +293,10 @@ class Leases:
                                 tokens=tokens)
         if held is not None:
             return held
-        def late(count: LimitCount) -> None:  # the request went on without it (timed out,
-            if count.refused is None and parallel is not None:  # or gone): its slot back
+        def late(count: LimitCount) -> None:
+            """The request went on without this count (timed out, or its client left):
+            the slot it took goes back."""
+            if count.refused is None and parallel is not None:
                 counter.release(key_id, window=window, tokens=0, parallel=True)
 
         return await self._run(counter.take, key_id, window=window, rpm=rpm, tpm=tpm,
