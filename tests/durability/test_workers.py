@@ -387,10 +387,17 @@ def test_kill_9_of_one_worker_loses_at_most_its_last_batch(tmp_path: Path,
                 failed.append(time.monotonic())
 
     fresh = fresh_connections()
+    pinned: list[httpx.Client] = []
     try:
         before = children(server.pid)
         assert len(before) == 2
-        threads = [threading.Thread(target=client, args=(fresh,)) for _ in range(8)]
+        # Which worker accepts a new connection is the kernel's choice: once, under load,
+        # every request before the kill landed on one. Two threads on each of two kept
+        # connections on different workers load both; four on new connections reach the
+        # replacement after the kill (the pinned connection to the victim reconnects).
+        pinned = pinned_pair(server.url)
+        users = [*pinned, *pinned, fresh, fresh, fresh, fresh]
+        threads = [threading.Thread(target=client, args=(c,)) for c in users]
         for t in threads:
             t.start()
         poll(lambda: len(received) > 100, what="load")
@@ -411,7 +418,8 @@ def test_kill_9_of_one_worker_loses_at_most_its_last_batch(tmp_path: Path,
         assert len(replacement) == 1
     finally:
         stop.set()
-        fresh.close()
+        for c in [fresh, *pinned]:
+            c.close()
         assert server.stop() == 0
     assert len(by_worker_before) == 2
     stored = decisions(tmp_path / "ledger.db")
