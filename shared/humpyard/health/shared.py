@@ -36,6 +36,8 @@ locked) would stall every request of the process. So a transition is
 applied to this instance's snapshot at once (this instance sees it before
 the write) and its compare-and-set runs on one thread of its own, in the
 order the transitions happened; a conflict is re-applied there as above.
+A write that lands never takes back a later transition this instance
+already holds (the higher version wins, as for a read).
 The probe lease cannot be optimistic: ``acquire_probe`` is awaited, the
 lease taken by the same thread after the transitions before it, so the
 probe is sent only once the store says it won. ``flush`` waits for the
@@ -291,16 +293,22 @@ class SharedHealth:
                 return old, new, verdict
             old = BreakerState() if current is None else BreakerState.from_dict(current)
             expected = None if current is None else old.version
-            self._remember(key, old, stored=current is not None)
+            self._remember(key, old, stored=current is not None, force=current is None)
         logger.warning("breaker write kept losing to other instances endpoint=%s attempts=%d",
                        key, self._max_attempts, extra={"endpoint": key})
         return old, old, False
 
-    def _remember(self, key: str, state: BreakerState, *, stored: bool) -> None:
+    def _remember(self, key: str, state: BreakerState, *, stored: bool,
+                  force: bool = False) -> None:
+        """Hold ``state`` as the endpoint's, unless what is held is newer (``queued``: a
+        later transition applied while this one's write was on its way); ``force``
+        holds it whatever it replaces (the store holds no state for it)."""
         with self._lock:
-            states = dict(self._states)
-            states[key] = state
-            self._states = states
+            held = self._states.get(key)
+            if force or held is None or held.version <= state.version:
+                states = dict(self._states)
+                states[key] = state
+                self._states = states
             if stored:
                 self._stored.add(key)
             else:

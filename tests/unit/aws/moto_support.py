@@ -4,9 +4,9 @@ moto's in-process backend does no locking, while DynamoDB makes every single
 request atomic (a conditional write or an ``ADD`` never interleaves with
 another on the same item). ``SerializedClient`` restores that guarantee by
 running one call at a time, so concurrency tests exercise the store's own
-logic and not the emulator's races. ``Recorder`` and ``Failing`` are the
-other process edges tests need: what was asked of DynamoDB, and DynamoDB
-throttling or failing.
+logic and not the emulator's races. ``Recorder``, ``Failing`` and ``Gated``
+are the other process edges tests need: what was asked of DynamoDB, DynamoDB
+throttling or failing, and writes that land when the test says.
 """
 
 from __future__ import annotations
@@ -121,6 +121,36 @@ class Recorder:
 
     def operations(self) -> list[str]:
         return [op for op, _ in self.calls]
+
+
+class Gated:
+    """A boto3 client proxy whose calls of ``operations`` each wait for a pass
+    (``let(n)``): the test decides when each write lands. ``landed`` counts those done."""
+
+    def __init__(self, client: Any, operations: frozenset[str]) -> None:
+        self._client = client
+        self._api: dict[str, str] = dict(client.meta.method_to_api_mapping)
+        self.operations = operations
+        self._passes = threading.Semaphore(0)
+        self.landed = 0
+
+    def let(self, n: int = 1) -> None:
+        self._passes.release(n)
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        operation = self._api.get(name)
+        if operation not in self.operations:
+            return attr
+
+        def gated(**kwargs: Any) -> Any:
+            assert self._passes.acquire(timeout=30), f"{operation} never let through"
+            try:
+                return attr(**kwargs)
+            finally:
+                self.landed += 1
+
+        return gated
 
 
 class Failing:
