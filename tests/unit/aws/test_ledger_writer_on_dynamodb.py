@@ -55,7 +55,7 @@ def test_what_a_throttled_store_did_not_write_is_kept_and_written_later(
         client: Any, clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
     """Before: a spend ADD throttled through the store's four attempts was counted lost,
     so a busy table let keys spend past their budget."""
-    failing = Failing(client, times=4, operations=frozenset({"UpdateItem"}))
+    failing = Failing(client, times=10**9, operations=frozenset({"UpdateItem"}))
     counted = CallCounter(failing)
     store = DynamoDBStore(STATE, LEDGER, clock=clock, client=counted)
     metrics = GatewayMetrics(Metrics())
@@ -66,7 +66,10 @@ def test_what_a_throttled_store_did_not_write_is_kept_and_written_later(
         writer.submit_spend("ci", "day:x", 0.5)
         assert not writer.flush(timeout=30)  # said at once: the store was unavailable
         assert writer.pending == 1  # the spend, kept
-        assert writer.flush(timeout=30)  # a flush makes the writer try again at once
+        failing.remaining = 0  # the store takes writes again
+        # A flush makes the writer try again at once; one that began while a try was
+        # failing returns at that try, so a second may be needed (never a third).
+        assert writer.flush(timeout=30) or writer.flush(timeout=30)
     assert store.get_spend("ci", "day:x") == 0.5  # added once
     assert store.get_decision("r1") is not None
     assert counted.calls["PutItem"] == 1  # the decision was not tried again
@@ -74,7 +77,7 @@ def test_what_a_throttled_store_did_not_write_is_kept_and_written_later(
     lines = [r.getMessage() for r in caplog.records]
     assert lines[0].startswith("ledger write waiting: the store is unavailable")
     assert "ThrottlingException" in lines[0] and "1 items kept" in lines[0]
-    assert lines[-1] == "ledger write done after 2 tries"
+    assert lines[-1].startswith("ledger write done after ")
     writer.close()
 
 
