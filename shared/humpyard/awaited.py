@@ -68,6 +68,11 @@ class Awaited:
         """Whether calls are being skipped (the store failed within the pause)."""
         return self._monotonic() < self._until
 
+    def check(self) -> None:
+        """``StoreUnavailable`` while ``down()``: the store is not asked in the pause."""
+        if self.down():
+            raise StoreUnavailable("the store failed moments ago; not asked again yet")
+
     def failed(self, why: object) -> None:
         """A store call failed as unavailable: skip calls for the next pause (one
         failure per pause counts; the pause doubles with each)."""
@@ -98,8 +103,7 @@ class Awaited:
         ``StoreUnavailable`` at once while ``down()``. ``on_late`` gets the result of a
         call that succeeded after its caller stopped waiting (timed out or cancelled),
         to undo what nobody will use (a slot taken for a request admitted without it)."""
-        if self.down():
-            raise StoreUnavailable("the store failed moments ago; not asked again yet")
+        self.check()
         call = self._executor().submit(fn, *args, **kw)
         done = asyncio.wrap_future(call)
         try:

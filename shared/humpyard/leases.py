@@ -21,21 +21,20 @@ back, every lease at shutdown; one not renewed within ``lease_secs`` (a
 dead instance's) stops counting for everyone else.
 
 The first slice is what the request needs; later ones ``max(need, min(left /
-(2 × holders), SLICE_FRACTION × usd))`` with ``left`` and ``holders`` from the
-last write's answer, granted only while as much again per holder stays free
-(so the slices shrink with the room left);
-when the store refuses it, the instance asks again for exactly what the
-request needs, so near the bound a request is refused only when spend plus
-every live lease leaves no room for it: the key never spends more than its
-budget plus one request's misestimate, and at most the unused slices of the
-other instances (and of dead ones, until they expire) are refused early.
+(2 × holders), SLICE_FRACTION × usd))`` with ``left`` and ``holders`` from
+the last write's answer, granted only while as much again per holder stays
+free (so the slices shrink with the room left); when the store refuses it,
+the instance asks again for exactly what the request needs, so near the
+bound a request is refused only when spend plus every live lease leaves no
+room for it: the key never spends more than its budget plus one request's
+misestimate, and at most the unused slices of the other instances (and of
+dead ones, until they expire) are refused early.
 
 **Per-key limits** shared through the store go through a limit counter
 (``limit_blocks.limit_counter``; ``limit_counters.py``): a transaction per
 admission and per end on SQLite, blocks of each minute and leased slots on
-DynamoDB; its background writes
-share this instance's thread, and its upkeep the tick. On the memory store
-(one process) the limits are the process's own.
+DynamoDB; its background writes share this instance's thread, and its upkeep
+the tick. On the memory store (one process) the limits are its own.
 """
 
 from __future__ import annotations
@@ -255,6 +254,8 @@ class Leases:
                 limit = book.limit
                 now = book.tried = self.clock.now()
             try:
+                if not self._closed:  # the pause holds for background writes too
+                    self._awaited.check()
                 answer = self.store.lease_budget(key_id, period, self.instance, limit=limit,
                                                  spent=spent, held=held, want=want, now=now,
                                                  expires_at=now + self.lease_secs, keep=keep)
@@ -341,8 +342,9 @@ class Leases:
                     with self._lock:
                         if self._books.get((key_id, period)) is book and book.used <= 1e-12:
                             del self._books[(key_id, period)]
-            except Exception:  # noqa: BLE001 - upkeep must never stop the gateway
-                log.exception("budget lease upkeep failed for key %s", key_id)
+            except Exception as exc:  # noqa: BLE001 - upkeep must never stop the gateway
+                if not isinstance(exc, StoreUnavailable):  # an outage is logged once
+                    log.exception("budget lease upkeep failed for key %s", key_id)
         if self.limit_counter is not None:
             self.limit_counter.tick()
 
@@ -378,8 +380,9 @@ class Leases:
         for key_id, period in books:
             try:
                 self._write(key_id, period, 0.0, give_back=True)
-            except Exception:  # noqa: BLE001 - the lease expires on its own
-                log.exception("budget lease for key %s could not be given back", key_id)
+            except Exception as exc:  # noqa: BLE001 - the lease lapses on its own
+                log.warning("budget lease for key %s could not be given back (%s)", key_id,
+                            exc, exc_info=not isinstance(exc, StoreUnavailable))
 
 
 def _drop(key_id: str, period: str, usd: float) -> None:
@@ -390,6 +393,8 @@ def _drop(key_id: str, period: str, usd: float) -> None:
 def _logged(fn: Callable[..., Any], *args: Any, **kw: Any) -> None:
     try:
         fn(*args, **kw)
+    except StoreUnavailable:  # logged once for the outage (awaited.py); its spend went
+        pass  # to the ledger writer, which keeps it until the store answers
     except Exception:  # noqa: BLE001 - a background write must not vanish silently
         log.exception("background lease write failed")
 

@@ -296,6 +296,38 @@ def test_a_write_lock_held_past_the_busy_wait_loses_nothing(
     db.close()
 
 
+def test_a_full_file_loses_nothing_and_is_written_once_it_has_room(
+        tmp_path: Path, clock: FakeClock, metrics: GatewayMetrics,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """SQLite's ``SQLITE_FULL`` (here its page limit on the write connection; a full
+    disk says the same) is ``StoreUnavailable``: the writer keeps the batch and tries
+    again, and writes it once there is room. Before, it was lost (logged, counted)."""
+    caplog.set_level(logging.WARNING, logger="humpyard.store")
+    db = SQLiteStore(str(tmp_path / "humpyard.db"), clock)
+    writer = BackgroundWriter(db, linger_secs=0)
+    writer.use_metrics(metrics)
+    conn = db._connection()  # the store's own write connection: the limit is per connection
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    conn.execute(f"PRAGMA max_page_count={pages}")
+    try:
+        for i in range(50):
+            writer.submit_decision(decision(f"r{i}", T0 + i))
+        writer.submit_spend("ci", DAY, 0.5)
+        until(lambda: any("SQLITE_FULL" in r.getMessage() for r in caplog.records))
+        assert not writer.flush(timeout=10)  # returns at the failed try, written nothing
+        assert metrics.ledger_lost.value(kind="decision", reason="error") == 0
+        with db._lock:  # between two of the writer's tries
+            conn.execute("PRAGMA max_page_count=1073741823")
+        assert writer.flush(timeout=10)
+    finally:
+        assert writer.close(timeout=10)
+    assert len(db.list_decisions(limit=100)[0]) == 50
+    assert db.get_spend("ci", DAY) == 0.5
+    assert metrics.ledger_lost.value(kind="decision", reason="error") == 0
+    assert errors(caplog) == []
+    db.close()
+
+
 def test_closing_while_the_lock_is_held_loses_the_batch_logged_not_the_exit(
         tmp_path: Path, clock: FakeClock, metrics: GatewayMetrics,
         caplog: pytest.LogCaptureFixture) -> None:

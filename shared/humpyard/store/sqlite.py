@@ -9,9 +9,11 @@ starts every endpoint healthy.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from humpyard.clock import Clock
+from humpyard.errors import StoreError
 from humpyard.store.base import LedgerBatch
 from humpyard.store.live import LiveState, LiveStateDelegate
 from humpyard.store.memory import NO_LEDGER_MAX_DECISIONS
@@ -21,6 +23,8 @@ from humpyard.store.sqlite_ledger import SQLiteLedger
 from humpyard.store.sqlite_live import SQLiteLive
 from humpyard.store.sqlite_schema import migrate
 from humpyard.store.sqlite_state import SQLiteOverrides, SQLiteQuota
+
+logger = logging.getLogger("humpyard.store")
 
 TRIM_EVERY = 1_000
 """Decisions a process writes between two trims of a capped file."""
@@ -114,8 +118,13 @@ class SharedSQLiteStore(SQLiteLedger, SQLiteOverrides, SQLiteQuota, SQLiteLeases
             return
         self._untrimmed += n
         if self._untrimmed >= min(TRIM_EVERY, cap):
+            try:  # the batch is committed: a failed trim must not fail it (it would be
+                self.trim_decisions(cap)  # written again, its spend counted twice)
+            except StoreError as exc:
+                logger.warning("ledger %s: trimming to %d decisions failed (%s); tried "
+                               "again after the next write", self.path, cap, exc)
+                return
             self._untrimmed = 0
-            self.trim_decisions(cap)
 
     def trim_decisions(self, keep: int) -> int:
         """Delete all but the newest ``keep`` decisions (and their usage rows); returns

@@ -14,7 +14,9 @@ holding the file's write lock), and a long read (a filtered page of
 ``/v1/decisions`` on a big ledger) never holds up the writer. A private
 ``":memory:"`` database has one connection only, so there reads share the
 write connection and its lock. ``sqlite3.Error`` never escapes: it becomes
-``StoreError`` naming the file.
+``StoreError`` naming the file, ``StoreUnavailable`` when the disk failed or is
+full (the same call may succeed later: the ledger writer keeps the batch and
+tries again) and ``StoreBusy`` when the write lock was held past the busy wait.
 """
 
 from __future__ import annotations
@@ -27,12 +29,16 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
 from humpyard.clock import Clock
-from humpyard.errors import StoreBusy, StoreError
+from humpyard.errors import StoreBusy, StoreError, StoreUnavailable
 
 logger = logging.getLogger("humpyard.store")
 
 BUSY_TIMEOUT_SECS = 5.0
 _BUSY_CODES = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
+_UNAVAILABLE_CODES = frozenset({10, 13})  # SQLITE_IOERR, SQLITE_FULL
+"""Primary result codes of a file system that failed a read or a write (a full disk, a
+file size limit, an I/O error): nothing is wrong with what was asked, and SQLite has
+rolled the transaction back, so the same call may succeed once the disk has room."""
 IDLE_READERS = 4
 """Read connections kept open between reads; more are opened when more threads read
 at once (the gateway reads on a bounded pool of threads: ``store.reads``)."""
@@ -122,12 +128,27 @@ class SQLiteBase:
                 conn.execute("COMMIT")
             except BaseException as exc:
                 if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                if getattr(exc, "sqlite_errorcode", None) in _BUSY_CODES:
-                    raise StoreBusy(f"ledger {self.path}: {exc}") from exc
+                    try:
+                        conn.execute("ROLLBACK")
+                    except sqlite3.Error:  # SQLite rolled it back itself (an I/O error)
+                        pass
                 if isinstance(exc, sqlite3.Error):
-                    raise StoreError(f"ledger {self.path}: {exc}") from exc
+                    raise self._failure(exc) from exc
                 raise
+
+    def _failure(self, exc: sqlite3.Error) -> StoreError:
+        """The ``StoreError`` for ``exc``, by its result code: ``StoreBusy`` for a lock
+        held past the busy wait, ``StoreUnavailable`` for a disk that failed or is full,
+        a plain ``StoreError`` for the rest (a refused statement, a corrupt file)."""
+        code = getattr(exc, "sqlite_errorcode", None)
+        primary = code & 0xFF if isinstance(code, int) else None
+        name = getattr(exc, "sqlite_errorname", None)
+        what = f"ledger {self.path}: {exc}" + (f" ({name})" if name else "")
+        if primary in _BUSY_CODES:
+            return StoreBusy(what)
+        if primary in _UNAVAILABLE_CODES:
+            return StoreUnavailable(what)
+        return StoreError(what)
 
     def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
         """A write transaction: committed when the block ends, rolled back if it raises."""
@@ -180,7 +201,7 @@ class SQLiteBase:
                 raise StoreError(f"ledger {self.path}: {exc}") from exc
             if isinstance(exc, sqlite3.Error):
                 conn.close()
-                raise StoreError(f"ledger {self.path}: {exc}") from exc
+                raise self._failure(exc) from exc
             self._put_back(conn)
             raise
         self._put_back(conn)
