@@ -161,12 +161,16 @@ def guarded(base: type[Any], guard: ConnectionGuard) -> type[asyncio.Protocol]:
                 return
             message = not_http1(reason)
             cycle = self.cycle
-            if (self.body_since is not None and cycle is not None
-                    and not cycle.response_started):
-                # In the body, the head gone to the app: answered here, and the app's
-                # request ends with the same 400 (it closed with no answer, a 499).
-                self._cut_body(BodyMalformed(message), b"400 Bad Request")
-                return
+            if self.body_since is not None and cycle is not None:
+                if not cycle.response_started:
+                    # In the body, the head gone to the app: answered here, and the app's
+                    # request ends with the same 400 (it closed with no answer, a 499).
+                    self._cut_body(BodyMalformed(message), b"400 Bad Request")
+                    return
+                if cycle.response_complete:  # the body of a request answered already (a
+                    self.head_since = None  # 413 while it still came): a second answer
+                    self._linger_close()  # would be read as the next request's
+                    return
             self._stop_reading(_refusal(b"400 Bad Request", "bad_request", message))
 
         def _at_head(self) -> bool:

@@ -317,3 +317,31 @@ def test_a_body_whose_framing_is_not_http_1_1_is_answered_400_and_recorded(
                     in db.execute("SELECT status, body FROM decisions")]
     assert sorted(status for status, _ in recorded) == [400] * len(cases), recorded
     assert all("not valid HTTP/1.1" in json.dumps(d) for _, d in recorded), recorded
+
+
+def test_a_body_that_breaks_after_its_answer_gets_no_second_answer(tmp_path: Path) -> None:
+    """A chunked body past ``max_body_bytes`` is answered 413 while it still arrives
+    (the rest is read and dropped, and the connection may go on); then its framing
+    breaks. Before: a second answer, 400, followed the 413 on the same connection,
+    which a keep-alive client reads as the answer to its next request. Now the
+    connection closes after the one answer."""
+    filler = b"a" * OVER
+    with FakeUpstream() as up:
+        cfg = write_config(tmp_path, up.url)
+        cfg.write_text(f"max_body_bytes = {LIMIT}\n" + cfg.read_text())
+        with ServeProcess(cfg, tmp_path / "serve.log") as gw:
+            s = connect(gw.port)
+            s.sendall(_post("Transfer-Encoding: chunked\r\n",
+                            f"{len(filler):x}\r\n".encode() + filler + b"\r\n"))
+            first = b""
+            while b"\r\n\r\n" not in first or not first.rstrip().endswith(b"}"):
+                data = s.recv(65536)
+                assert data, first
+                first += data
+            assert re.findall(rb"HTTP/1\.1 (\d{3}) ", first) == [b"413"], first[:400]
+            s.sendall(b"zz\r\n\r\n")  # not a chunk size: the framing is broken
+            rest = read_answer(s, 10.0)
+            s.close()
+            series = scrape(gw.url, "humpyard_connections_refused_total")
+    assert rest == b"", rest[:400]  # closed, nothing more said
+    assert series == {'{reason="malformed"}': 1}, series
