@@ -127,6 +127,30 @@ def test_a_compressed_body_is_undone_within_the_limit_or_refused_by_name(
     assert zstd.json()["error"]["code"] == "unsupported_encoding"
 
 
+def test_a_gzip_body_in_several_members_is_undone_whole(tmp_path: Path) -> None:
+    """A gzip body is a series of members (RFC 1952; ``cat a.gz b.gz``, a compressor
+    that flushes a member per part). Only the first was undone: the rest of the body
+    was dropped, and the JSON cut short was a 400. Every member is undone now, up to
+    64; more is a 400 naming the limit."""
+    body = json.dumps({"model": "t", "messages": [{"role": "user", "content": "hi " * 500}]}
+                      ).encode()
+    parts = [body[i:i + 300] for i in range(0, len(body), 300)]
+    with serving(tmp_path) as (gw, up):
+        with httpx.Client(base_url=gw.url, timeout=30) as client:
+            def post(data: bytes) -> httpx.Response:
+                return client.post("/v1/chat/completions", content=data, headers={
+                    "content-type": "application/json", "content-encoding": "gzip"})
+            whole = post(b"".join(gzip.compress(p) for p in parts))
+            many = post(gzip.compress(body) + gzip.compress(b"") * 64)
+        forwarded = [r.json for r in up.requests]
+    assert len(parts) > 1
+    assert whole.status_code == 200, whole.text
+    assert forwarded[0]["messages"][0]["content"] == "hi " * 500
+    assert many.status_code == 400, many.text
+    assert "more than 64 gzip members" in many.json()["error"]["message"]
+    assert len(forwarded) == 1
+
+
 def test_a_transfer_coding_before_chunked_is_undone_or_refused_by_name(
         tmp_path: Path) -> None:
     """``Transfer-Encoding: gzip, chunked`` on a request: the server undid the chunking

@@ -21,7 +21,7 @@ from humpyard.errors import (
     UnsupportedEncoding,
     UnsupportedTransferCoding,
 )
-from humpyard.upstream.encoding import Decoder, decoder_for
+from humpyard.upstream.encoding import Decoder, TooManyMembers, decoder_for
 
 MAX_JSON_DEPTH = 64
 MAX_HEADER_COUNT = 100
@@ -151,6 +151,8 @@ async def _receive_decoded(receive: Receive, decoder: Decoder, limit: int) -> by
                     raise PayloadTooLarge(
                         f"request body is over the limit of {limit} bytes (decoded)")
                 chunks.append(out)
+        except TooManyMembers as e:
+            raise RequestError(f"request body: {e} (content-encoding)") from None
         except zlib.error:
             raise RequestError("request body: it does not decode as its "
                                "content-encoding (or transfer-encoding) says") from None

@@ -10,7 +10,10 @@ KiB) stops the inflating. Codings apply in the order listed, so they are undone
 in reverse (``Content-Encoding: gzip, deflate``). Like httpx, a coding the
 gateway does not know (br, zstd) is left undone. A deflate body is taken as
 zlib-wrapped, or raw when it is not (servers send both). A body that does not
-decode raises ``zlib.error``. ``consumed`` and ``produced`` count compressed
+decode raises ``zlib.error``. A gzip body of several members (RFC 1952) is
+undone member by member, at most ``MAX_MEMBERS`` of them (``TooManyMembers``,
+a ``zlib.error``); bytes after a member that are not one are dropped, as
+urllib3 does. ``consumed`` and ``produced`` count compressed
 bytes inflated and bytes out, for the ratio guard (``upstream/response.py``).
 """
 
@@ -20,20 +23,32 @@ import zlib
 
 STEP = 1 << 16
 """The most one ``pull`` returns (and so the most inflated at once)."""
+MAX_MEMBERS = 64
+"""The most gzip members one body may have (a body of many empty ones would cost a
+copy of what is left per member)."""
+
+
+class TooManyMembers(zlib.error):
+    """A gzip body of more than ``MAX_MEMBERS`` members."""
 
 
 class _Zlib:
-    __slots__ = ("_d", "_raw_fallback", "_seen", "_pending", "_first")
+    __slots__ = ("_d", "_gzip", "_raw_fallback", "_seen", "_pending", "_first", "_later",
+                 "_dead", "_members")
 
     def __init__(self, gzip: bool):
         self._d = zlib.decompressobj(16 + zlib.MAX_WBITS if gzip else zlib.MAX_WBITS)
+        self._gzip = gzip
         self._raw_fallback = not gzip
         self._seen = False  # output came (or input went in): no more falling back to raw
         self._pending = b""  # input not inflated yet
         self._first = b""  # a deflate body's first input, for the raw fallback
+        self._later = False  # inflating a gzip member after the first
+        self._dead = False  # what followed the last member was not one: dropped
+        self._members = 1
 
     def push(self, data: bytes) -> None:
-        if not data:
+        if not data or self._dead:
             return
         if self._raw_fallback and not self._seen:
             if len(self._first) < STEP:
@@ -44,26 +59,58 @@ class _Zlib:
 
     @property
     def pending(self) -> int:
-        return len(self._pending)
+        return len(self._pending) + (len(self._d.unused_data) if self._d.eof else 0)
 
     def pull(self, n: int) -> bytes:
         """At most ``n`` bytes of output from the input pushed so far."""
+        while True:
+            out = self._pull(n)
+            if out or not (self._d.eof and self._gzip and self._d.unused_data):
+                return out
+            # a member ended with this input and gave nothing more: on to the next
+
+    def _pull(self, n: int) -> bytes:
+        if self._d.eof and self._gzip:
+            self._next_member()
         if not self._pending:
             return b""
         try:
             out = self._d.decompress(self._pending, n)
         except zlib.error:
+            if self._later and not self._seen:
+                # After a whole member, something that is not one (zero padding, trailing
+                # bytes): dropped, as urllib3 does; before, every later member was.
+                self._dead, self._pending = True, b""
+                return b""
             if not self._raw_fallback or self._seen:
                 raise
             self._raw_fallback = False  # deflate without the zlib wrapper
             self._d = zlib.decompressobj(-zlib.MAX_WBITS)
             self._pending, self._first = self._first, b""
             out = self._d.decompress(self._pending, n)
-        self._pending = self._d.unconsumed_tail
+        # At a stream's end what is left is in unused_data (unconsumed_tail may hold a
+        # copy of it when max_length cut the call short).
+        if self._d.eof:
+            self._pending = b""
+            self._dead = not self._gzip  # after a deflate stream: dropped, never held
+        else:
+            self._pending = self._d.unconsumed_tail
         if out and not self._seen:
             self._seen = True
             self._first = b""
         return out
+
+    def _next_member(self) -> None:
+        """A gzip body is a series of members (RFC 1952, 2.2), each undone in turn; at
+        most ``MAX_MEMBERS`` (each new one copies the input left after the last)."""
+        rest = self._d.unused_data + self._pending
+        if not rest:
+            return
+        if self._members >= MAX_MEMBERS:
+            raise TooManyMembers(f"more than {MAX_MEMBERS} gzip members")
+        self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._pending, self._later, self._seen = rest, True, False
+        self._members += 1
 
     def flush(self) -> bytes:
         """What is left once all input is in and inflated (the tail of a block)."""

@@ -136,6 +136,18 @@ def test_a_bomb_stops_at_the_ratio_and_a_normal_gzip_answer_passes() -> None:
     assert got == plain
 
 
+def test_a_gzip_answer_of_several_members_is_decoded_whole() -> None:
+    """RFC 1952: a gzip body is a series of members. httpx decodes the first and drops
+    the rest (docs/upstream.md, "Content codings"); urllib3 and the gzip module decode
+    them all, and so does the gateway now."""
+    plain = json.dumps({"choices": [{"message": {"content": "zipped " * 2000}}]}).encode()
+    body = b"".join(gzip.compress(plain[i:i + 1000]) for i in range(0, len(plain), 1000))
+    head = (b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: %d\r\n\r\n"
+            % len(body))
+    got, _ = _fetch([head + body], max_bytes=32 << 20)
+    assert got == plain == gzip.decompress(body)
+
+
 def test_an_inflated_body_over_the_cap_is_too_large() -> None:
     plain = b"[" + b"1," * (3 << 20) + b"1]"  # ~6 MiB, inflating ~100x: under the ratio
     body = gzip.compress(plain)

@@ -17,7 +17,7 @@ import zlib
 
 import pytest
 
-from humpyard.upstream.encoding import STEP, Decoder, decoder_for
+from humpyard.upstream.encoding import MAX_MEMBERS, STEP, Decoder, TooManyMembers, decoder_for
 
 
 def raw_deflate(data: bytes) -> bytes:
@@ -99,3 +99,30 @@ def test_a_body_that_is_not_deflate_raises() -> None:
 
 def test_an_unknown_coding_is_left_alone() -> None:
     assert decoder_for("br") is None and decoder_for("identity") is None
+
+
+def test_a_gzip_body_of_several_members_decodes_as_the_gzip_module_does() -> None:
+    """RFC 1952: a gzip body is a series of members. Only the first was decoded and
+    the rest dropped, so a request body compressed in parts lost all but its first
+    part. Each member is undone in turn, however the body is split and pulled;
+    zero padding after the last (which the gzip module skips) is dropped."""
+    rng = random.Random(11)
+    for _ in range(300):
+        parts = [rng.choice(bodies()[:3])[:rng.choice([0, 1, 5000, 100_000])]
+                 for _ in range(rng.randint(2, 5))]
+        body = b"".join(gzip.compress(p, compresslevel=rng.choice([1, 9])) for p in parts)
+        body += bytes(rng.choice([0, 0, 3]))
+        assert drain(decoder_for("gzip"), body, rng) == gzip.decompress(body)
+
+
+def test_bytes_after_a_gzip_member_that_are_not_one_are_dropped() -> None:
+    body = gzip.compress(b"first") + gzip.compress(b"second") + b"not a member"
+    assert drain(decoder_for("gzip"), body, random.Random(3)) == b"firstsecond"
+
+
+def test_more_members_than_the_bound_raise_by_name() -> None:
+    body = gzip.compress(b"x") * (MAX_MEMBERS + 1)
+    assert drain(decoder_for("gzip"), gzip.compress(b"x") * MAX_MEMBERS,
+                 random.Random(1)) == b"x" * MAX_MEMBERS
+    with pytest.raises(TooManyMembers, match=f"more than {MAX_MEMBERS} gzip members"):
+        drain(decoder_for("gzip"), body, random.Random(1))
