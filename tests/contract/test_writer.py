@@ -342,4 +342,8 @@ def test_closing_while_the_lock_is_held_loses_the_batch_logged_not_the_exit(
         assert writer.close(timeout=10)
     assert metrics.ledger_lost.value(kind="decision", reason="error") == 1
     assert [unsaved(m)["request_id"] for m in errors(caplog)] == ["r0"]
+    said = [r.getMessage() for r in caplog.records]
+    # before, this said "ledger write done after N tries" of a batch it had just lost
+    assert not any("done after" in m for m in said), said
+    assert any(m.startswith("ledger write given up after") for m in said), said
     db.close()

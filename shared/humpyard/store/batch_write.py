@@ -102,9 +102,9 @@ class Kept(Exception):
         self.cause = cause
 
 
-def perform(store: Any, batch: LedgerBatch, lost: Lost, *, keep: bool = False) -> None:
+def perform(store: Any, batch: LedgerBatch, lost: Lost, *, keep: bool = False) -> bool:
     """Write ``batch``; never raises (but see ``keep``). What cannot be written is
-    logged and counted.
+    logged and counted; True when nothing was lost.
 
     With ``keep``, a ``StoreUnavailable`` (the store could not be reached, asked to
     slow down, or could not take its write lock in time: SQLite's ``StoreBusy``)
@@ -122,22 +122,22 @@ def perform(store: Any, batch: LedgerBatch, lost: Lost, *, keep: bool = False) -
     """
     try:
         write_batch(store, batch)
-        return
+        return True
     except ValueError:
         if len(batch) == 1:
             _lose(batch, lost, *_failure())
-            return
+            return False
     except Exception as exc:
         unwritten = getattr(exc, "unwritten", None)
         part = unwritten if isinstance(unwritten, LedgerBatch) else batch
         if keep and isinstance(exc, StoreUnavailable):
             raise Kept(part, exc) from exc
         _lose(part, lost, *_failure())
-        return
-    for d in batch.decisions:
-        perform(store, LedgerBatch(decisions=[d]), lost)
-    for key, usd in batch.spend.items():
-        perform(store, LedgerBatch(spend={key: usd}), lost)
+        return False
+    written = [perform(store, LedgerBatch(decisions=[d]), lost) for d in batch.decisions]
+    written += [perform(store, LedgerBatch(spend={key: usd}), lost)
+                for key, usd in batch.spend.items()]
+    return all(written)
 
 
 def _failure() -> tuple[str, BaseException | None]:

@@ -284,7 +284,7 @@ class BackgroundWriter:
             with self._cond:
                 closing = self._closed
             try:
-                perform(self._store, batch, self._lost, keep=not closing)
+                written = perform(self._store, batch, self._lost, keep=not closing)
             except Kept as kept:
                 batch = kept.batch
                 with self._cond:
@@ -299,8 +299,11 @@ class BackgroundWriter:
                     self._cond.wait_for(lambda: self._closed or self._hurry > 0,
                                         self._pause(kept.cause, waited))
                 continue
-            if waited:
+            if waited and written:
                 logger.warning("ledger write done after %d tries", waited + 1)
+            elif waited:  # closing: what the store still did not take is logged above
+                logger.warning("ledger write given up after %d tries: the process is "
+                               "stopping", waited + 1)
             return
 
     def _pause(self, cause: StoreUnavailable, tries: int) -> float:
