@@ -21,10 +21,11 @@ A store whose reads are local (``stale_reads_ok``: the SQLite file of
 its age it is served while one refresh runs in a thread, whatever its age.
 Only a missing view (the first read, or after ``invalidate``) is waited for.
 
-A view's age counts from the start of the read that made it. A failed
-read is logged and the last view is kept, counted as fresh for another
-``refresh_secs`` (the first read failing gives an empty view), so a store
-outage neither stops traffic nor makes every request wait on it.
+A view's age counts from the start of the read that made it. A failed read
+is logged (an outage's first, then a count at most once a minute, and the
+read that succeeds again) and the last view is kept, counted as fresh for
+another ``refresh_secs`` (the first read failing gives an empty view), so a
+store outage neither stops traffic nor makes every request wait on it.
 
 Spend the instance adds itself (``note_spend``) counts at once: ``spend``
 is the total read plus what was added since that read began. "Since" is
@@ -59,12 +60,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from humpyard.clock import Clock
+from humpyard.logsink import Sampled
 from humpyard.planning.types import Override
 from humpyard.refresh_thread import RefreshThread
 from humpyard.store.base import Store
 from humpyard.store.sharing import SharedRead, SharedRequest, SharedStateReader
 
 logger = logging.getLogger("humpyard.state")
+OUTAGE_LOG_SECS = 60.0  # while reads fail: the first logged, then a line this often
 
 AHEAD = 0.5
 """The fraction of ``refresh_secs`` after which a view is refreshed in the background."""
@@ -117,6 +120,8 @@ class SharedState:
         self._latency_read_at: float | None = None
         self._latency_oldest = 0
         self.reads = 0  # refreshes started, for tests and the docs' cost table
+        self._failed = 0  # reads failed since the last that did not (an outage)
+        self._said = Sampled(clock.monotonic, OUTAGE_LOG_SECS)
         self._local = threading.local()
 
     # -- what the readers want -------------------------------------------------------
@@ -278,14 +283,19 @@ class SharedState:
             self.reads += 1
             got = self._store.read_shared(request)
         except Exception as exc:  # noqa: BLE001 - a store outage must not stop traffic
-            logger.warning("shared state could not be read; serving on the last view: %s",
-                           exc)
+            self._failed += 1  # said at its first failure, then once a minute at most
+            if n := self._said.due():
+                logger.warning("shared state could not be read (%d time(s) since the last "
+                               "line); serving on the last view: %s", n, exc)
             with self._lock:
                 self._view = replace(self._view or SharedView(), read_at=started,
                                      read_ticket=ticket)
                 self._inflight = None
             done.set()
             return
+        if self._failed:
+            logger.warning("shared state read again after %d failed reads", self._failed)
+            self._failed, self._said = 0, Sampled(self._clock.monotonic, OUTAGE_LOG_SECS)
         with self._lock:
             self._view = self._next_view_locked(started, ticket, got, latency_buckets)
             self._inflight = None

@@ -168,6 +168,37 @@ def test_a_failed_read_keeps_the_view_for_another_refresh(clock: FakeClock,
     assert len(gated.requests) == 3
 
 
+def test_an_outage_is_logged_at_its_start_once_a_minute_and_at_its_end(
+        clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
+    """Before: a line per failed read, every half ``state_refresh_ms`` (125 lines in
+    30 s of ``serve`` against tables that refused every connection)."""
+    gated = GatedStore()
+    state = SharedState(gated, clock, 1.0)
+    state.current()
+    gated.fail = True
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "humpyard.state"]
+
+    for _ in range(90):  # 90 s of failed reads, one a second
+        clock.advance(1.0)
+        state.current()
+    assert len(gated.requests) == 91
+    lines = said()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("shared state could not be read (1 time(s)")
+    assert lines[1].startswith("shared state could not be read (60 time(s)")
+    assert "ThrottlingException" in lines[1]
+    gated.fail = False
+    clock.advance(1.0)
+    state.current()
+    assert said()[-1] == "shared state read again after 90 failed reads"
+    gated.fail = True  # the next outage is said at once
+    clock.advance(1.0)
+    state.current()
+    assert said()[-1].startswith("shared state could not be read (1 time(s)")
+
+
 def test_a_first_read_that_fails_gives_an_empty_view(clock: FakeClock) -> None:
     gated = GatedStore()
     gated.fail = True
