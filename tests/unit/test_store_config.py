@@ -47,6 +47,16 @@ def test_dynamodb_needs_both_tables_and_each_error_names_its_field() -> None:
     assert "store.ledger_table: required when backend = \"dynamodb\"" in said
 
 
+def test_a_table_name_given_but_invalid_is_said_once_not_also_missing() -> None:
+    """Before: a name given but too short was refused by its pattern, and then also
+    said to be "required when backend = dynamodb", as if it were not there."""
+    said = problems('[store]\nbackend = "dynamodb"\nstate_table = "s"\n'
+                    'ledger_table = "hy-ledger"\n')
+    assert said.count("store.state_table") == 1, said
+    assert "store.state_table: String should match pattern" in said
+    assert "required" not in said and "store.ledger_table" not in said
+
+
 def test_dynamodb_fields_belong_to_dynamodb_only() -> None:
     said = problems('[ledger]\npath = "x.db"\n[store]\nbackend = "sqlite"\n' + TABLES)
     assert "store.state_table: only for backend = \"dynamodb\" (this one is 'sqlite')" in said

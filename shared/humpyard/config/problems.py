@@ -78,7 +78,9 @@ class Salvage:
 
     A name in ``broken`` exists in the file but had a part that could not be
     read, so a reference to it is not reported as unknown (and checks that
-    need the whole entry skip it); ``select_index`` maps the remaining
+    need the whole entry skip it); for a table that is not a section of named
+    entries (``[store]``) it is a field that was given but could not be read,
+    so it is not reported again as missing; ``select_index`` maps the remaining
     selector rules back to their place in the file.
     """
 
@@ -224,7 +226,7 @@ def salvage(data: dict[str, Any], error: ValidationError, info: Salvage) -> bool
         if not loc:
             continue
         top = str(loc[0])
-        if top in NAMED_SECTIONS and len(loc) >= 2:
+        if top != "select" and len(loc) >= 2:  # a named entry, or a table's field
             info.broken.setdefault(top, set()).add(str(loc[1]))
         if top == "select" and len(loc) >= 2 and isinstance(loc[1], int):
             info.broken.setdefault("select", set()).add(str(_position(info, loc[1])))

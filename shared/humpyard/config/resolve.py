@@ -84,7 +84,7 @@ def resolve(raw: RawConfig, env: Mapping[str, str], *, source: str = "<memory>",
     if not targets and not errors and not known.any_broken("targets"):
         warned.append("the configuration declares no targets: there is nothing to route to, "
                       "and every request gets 404 unknown_model")
-    store = _store(raw, errors)
+    store = _store(raw, errors, known)
     if errors:
         raise ConfigError(f"invalid configuration ({source}):\n  " + "\n  ".join(
             [*errors, *(f"warning: {w}" for w in warned)]))
@@ -121,7 +121,7 @@ def resolve(raw: RawConfig, env: Mapping[str, str], *, source: str = "<memory>",
         source=source, digest=digest, warnings=tuple(warned), includes=includes)
 
 
-def _store(raw: RawConfig, errors: list[str]) -> StoreSpec | None:
+def _store(raw: RawConfig, errors: list[str], known: Salvage) -> StoreSpec | None:
     """``[store]`` resolved: the backend (default from ``[ledger]``), and for DynamoDB
     both tables; the endpoint URL is an http(s) URL without credentials, query or
     fragment (it is shown by ``GET /v1/config``)."""
@@ -131,7 +131,7 @@ def _store(raw: RawConfig, errors: list[str]) -> StoreSpec | None:
     backend = st.backend or ("sqlite" if raw.ledger else "memory")
     if backend == "dynamodb":
         for name in ("state_table", "ledger_table"):
-            if getattr(st, name) is None:
+            if getattr(st, name) is None and not known.exists("store", name):
                 errors.append(f"{path('store', name)}: required when backend = "
                               '"dynamodb" (the template\'s stack outputs StateTableName '
                               "and LedgerTableName name them)")
