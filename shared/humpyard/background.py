@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from humpyard.clock import Clock
 from humpyard.config.spec import Config
+from humpyard.errors import StoreUnavailable
 from humpyard.latency_shared import SharedLatency
 from humpyard.planning.types import Override
 from humpyard.quota.poller import QuotaPoller
@@ -119,8 +120,8 @@ class Background:
                 try:
                     await self._off(self.expire_overrides)
                     wait = await self._off(self._next_expiry_in)
-                except Exception:  # noqa: BLE001 - the sweep must never stop the gateway
-                    log.exception("override expiry sweep failed")
+                except Exception as exc:  # noqa: BLE001 - the sweep must never stop the gateway
+                    _failed("override expiry sweep", exc)
                     wait = OVERRIDE_SWEEP_SECS
                 await first_of(stop, wake, timeout=wait)
         finally:
@@ -139,8 +140,8 @@ class Background:
         while not stop.is_set():
             try:
                 await self._off(self.purge_expired)
-            except Exception:  # noqa: BLE001 - retention must never stop the gateway
-                log.exception("retention purge failed")
+            except Exception as exc:  # noqa: BLE001 - retention must never stop the gateway
+                _failed("retention purge", exc)
             await first_of(stop, timeout=RETENTION_EVERY_SECS)
 
     # -- a store several processes share ---------------------------------------------------
@@ -157,8 +158,8 @@ class Background:
         while not stop.is_set():
             try:
                 await self._off(self.flush_latency)
-            except Exception:  # noqa: BLE001 - a flush must never stop the gateway
-                log.exception("latency flush failed")
+            except Exception as exc:  # noqa: BLE001 - a flush must never stop the gateway
+                _failed("latency flush", exc)
             await first_of(stop, timeout=LATENCY_FLUSH_SECS / 5)
         await self._off(self.flush_latency, force=True)
 
@@ -168,8 +169,8 @@ class Background:
         while not stop.is_set():
             try:
                 await self._off(source.refresh)
-            except Exception:  # noqa: BLE001 - SharedState logs a failed read itself
-                log.exception("shared state refresh failed")
+            except Exception as exc:  # noqa: BLE001 - SharedState logs a failed read itself
+                _failed("shared state refresh", exc)
             await first_of(stop, timeout=max(0.01, self._config().state_refresh_ms / 2000))
 
 
@@ -182,3 +183,12 @@ async def first_of(*events: asyncio.Event, timeout: float) -> None:
         for w in waits:
             w.cancel()
         await asyncio.gather(*waits, return_exceptions=True)
+
+
+def _failed(job: str, exc: Exception) -> None:
+    """A job's failure: one line when the store did not answer (an outage is no bug,
+    and the job runs again), a traceback for anything else."""
+    if isinstance(exc, StoreUnavailable):
+        log.warning("%s failed: %s", job, exc)
+    else:
+        log.error("%s failed", job, exc_info=exc)

@@ -9,6 +9,7 @@ when the store answers again, and nothing is counted lost.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -133,3 +134,49 @@ def test_a_stalled_store_holds_up_no_request(moto: SerialMotoServer, tmp_path: P
         # asks for a pause (1 s, doubling): a few waited, none for the timeouts.
         assert max(took) < 8, took
         assert len([t for t in took if t > 1]) <= 4, took
+
+
+def test_a_serve_started_while_the_store_is_unreachable_says_so_briefly_and_recovers(
+        moto: SerialMotoServer, tmp_path: Path) -> None:
+    """``serve`` starts while its tables refuse every connection, serves for a while,
+    then the tables answer. Before: a warning per failed read of the shared view
+    (every half ``state_refresh_ms``: 125 lines in 30 s) and a traceback for each
+    background job's failure (the purge and the override sweep at once, the sweep
+    again every 30 s)."""
+    port = int(moto.url.rsplit(":", 1)[1])
+    with FakeUpstream() as primary, FakeUpstream() as backup, TcpRelay(port) as relay:
+        state, ledger = fresh_tables(moto.url)
+        relay.cut()
+        path = tmp_path / "humpyard.toml"
+        path.write_text(gateway_config(primary.url, backup.url) + KEYS_TOML
+                        + store_toml(relay.url, state, ledger))
+        proc = ServeProcess(path, tmp_path / "serve.log",
+                            env={**AWS_ENV, "APP_KEY": APP, "OPS_KEY": OPS})
+        proc.start(30)
+        try:
+            ids = []
+            for _ in range(10):
+                r = httpx.post(proc.url + "/v1/chat/completions", timeout=30,
+                               headers={"authorization": f"Bearer {APP}"},
+                               json={"model": "auto",
+                                     "messages": [{"role": "user", "content": "hi"}]})
+                assert r.status_code == 200, r.text
+                ids.append(r.headers["x-humpyard-request-id"])
+            until(lambda: "retention purge failed" in proc.output()
+                  and "override expiry sweep failed" in proc.output(),
+                  "the background jobs to have failed once", timeout=20)
+            assert httpx.get(proc.url + "/readyz", timeout=10).status_code == 503
+            relay.mend()
+            said = until(lambda: re.search(r"shared state read again after (\d+) failed",
+                                           proc.output()),
+                         "a read of the shared view to succeed", timeout=30)
+            assert int(said.group(1)) >= 2  # many failed reads, one line (below)
+            until(lambda: httpx.get(proc.url + "/readyz", timeout=10).status_code == 200,
+                  "ready once the tables answer", timeout=30)
+        finally:
+            relay.mend()
+            proc.stop()
+    log = proc.output()
+    assert "Traceback" not in log
+    assert log.count("shared state could not be read") == 1, log[-3000:]
+    assert "ledger decision not written" not in log
