@@ -28,18 +28,20 @@ another ``refresh_secs`` (the first read failing gives an empty view), so a
 store outage neither stops traffic nor makes every request wait on it.
 
 Spend the instance adds itself (``note_spend``) counts at once: ``spend``
-is the total read plus what was added since that read began. "Since" is
-told by ``ticket``, a counter every read takes when it begins and every
-local change when it happens (the clock cannot order events of one
-instant). Latency
+is the total the last good read brought plus what was added since that read
+began, summed per key and period in two parts, before and after the read in
+flight began (a failed read merges them), so it takes the same room however
+long reads fail. ``ticket`` is a counter every read takes when it begins and
+every local change when it happens (the clock cannot order events of one
+instant): a view is valid when its read began after the last ``invalidate``. Latency
 buckets are read every ``latency_refresh_secs`` only (they change when
 instances flush, every few seconds): the whole window on the first read,
 then the current and previous bucket. ``state_for(store, clock)`` gives
 each store object (one per instance) its one ``SharedState``.
 
 A store a process has alone (the memory store, a single ``serve``'s SQLite
-file) goes through the same ``SharedState`` (``local_state``): its reader
-(``LocalStateReader``) brings back overrides and spend only (breakers and
+file) goes through the same ``SharedState`` (``local_state.local_state``): its
+reader (``LocalStateReader``) brings back overrides and spend only (breakers and
 latency figures live in the process's memory then), and its view is
 served whatever its age while a refresh runs (``stale_ok``: this process
 is the only writer, so what it adds itself, counted at once, is all that
@@ -63,7 +65,6 @@ from humpyard.clock import Clock
 from humpyard.logsink import Sampled
 from humpyard.planning.types import Override
 from humpyard.refresh_thread import RefreshThread
-from humpyard.store.base import Store
 from humpyard.store.sharing import SharedRead, SharedRequest, SharedStateReader
 
 logger = logging.getLogger("humpyard.state")
@@ -112,7 +113,11 @@ class SharedState:
         self._spend_wanted: dict[str, str] = {}
         self._spend_given: object = None  # the mapping last given to ``current``
         self._complete: SharedView | None = None  # a view holding every spend total wanted
-        self._local_spend: list[tuple[int, str, str, float]] = []
+        # Spend noted since the last good read, summed per (key, period): before the
+        # read in flight began, and after (a failed read merges them): constant room.
+        self._spend_before: dict[tuple[str, str], float] = {}
+        self._spend_after: dict[tuple[str, str], float] = {}
+        self._reading = False  # a read has taken its ticket and not ended
         self._tickets = 0
         self._overrides_version: int | None = None
         self._latency_window: tuple[int, float] | None = None  # (bucket_secs, max_age_secs)
@@ -156,7 +161,9 @@ class SharedState:
     def note_spend(self, key_id: str, period: str, usd: float) -> None:
         """Spend this instance added (and is writing): counted at once."""
         with self._lock:
-            self._local_spend.append((self._ticket_locked(), key_id, period, usd))
+            self._ticket_locked()
+            into = self._spend_after if self._reading else self._spend_before
+            into[(key_id, period)] = into.get((key_id, period), 0.0) + usd
 
     def close(self) -> None:
         """End the background refresh thread, if this state has one (the gateway closing)."""
@@ -260,13 +267,14 @@ class SharedState:
         return self._view or SharedView()
 
     def spend(self, view: SharedView, periods: Mapping[str, str]) -> dict[str, float]:
-        """Per key: the total ``view`` read for its period, plus what this instance added
-        since that read began."""
+        """Per key: the total ``view`` (the last view) read for its period, plus what this
+        instance added since that read began."""
         out = {k: view.spend.get((k, p), 0.0) for k, p in periods.items()}
         with self._lock:
-            for ticket, key_id, period, usd in self._local_spend:
-                if ticket > view.read_ticket and periods.get(key_id) == period:
-                    out[key_id] += usd
+            for pending in (self._spend_before, self._spend_after):
+                for (key_id, period), usd in pending.items():
+                    if periods.get(key_id) == period:
+                        out[key_id] += usd
         return out
 
     def _reader(self, started: float) -> Callable[[], None]:
@@ -277,6 +285,7 @@ class SharedState:
     def _read(self, started: float, done: threading.Event) -> None:
         with self._lock:
             ticket = self._ticket_locked()
+            self._reading = True  # spend noted from now on is not in what it reads
         try:
             with self._lock:
                 request, latency_buckets = self._request_locked(started)
@@ -287,9 +296,12 @@ class SharedState:
             if n := self._said.due():
                 logger.warning("shared state could not be read (%d time(s) since the last "
                                "line); serving on the last view: %s", n, exc)
-            with self._lock:
+            with self._lock:  # fresh for another refresh; its spend as it was
                 self._view = replace(self._view or SharedView(), read_at=started,
                                      read_ticket=ticket)
+                after, self._spend_after, self._reading = self._spend_after, {}, False
+                for k, usd in after.items():
+                    self._spend_before[k] = self._spend_before.get(k, 0.0) + usd
                 self._inflight = None
             done.set()
             return
@@ -330,7 +342,7 @@ class SharedState:
         if buckets:
             self._latency_read_at, latency_ticket = started, ticket
             latency = _merge_latency(old.latency, got.latency, buckets, self._latency_oldest)
-        self._local_spend = [s for s in self._local_spend if s[0] > ticket]
+        self._spend_before, self._spend_after, self._reading = self._spend_after, {}, False
         spend = {(k, p): got.spend.get(k, 0.0) for k, p in self._spend_wanted.items()}
         return SharedView(generation=old.generation + 1, read_at=started, read_ticket=ticket,
                           breakers=got.breakers, overrides=overrides, spend=spend,
@@ -368,33 +380,3 @@ def state_for(store: object, clock: Clock) -> SharedState | None:
                 store, clock,  # type: ignore[arg-type]
                 stale_ok=bool(getattr(store, "stale_reads_ok", False)))
         return found
-
-
-class LocalStateReader:
-    """``read_shared`` over a store a process has alone (memory, one ``serve``'s SQLite
-    file): the overrides and the spend asked for, in one call; no breakers and no latency
-    buckets (this process keeps those in memory). Raises what the store raises."""
-
-    def __init__(self, store: Store, clock: Clock) -> None:
-        self._store = store
-        self._clock = clock
-
-    def read_shared(self, request: SharedRequest) -> SharedRead:
-        store = self._store
-        overrides = store.list_overrides(self._clock.now()) if store.has_ledger else []
-        # Every store keeps spend, the memory store of a gateway without a [ledger] too.
-        spend = dict(store.spend_for(dict(request.spend))) if request.spend else {}
-        return SharedRead(breakers={}, spend=spend, latency={}, overrides_version=0,
-                          overrides=overrides)
-
-
-def _at_once(fn: Callable[[], None]) -> None:
-    fn()
-
-
-def local_state(store: Store, clock: Clock) -> SharedState:
-    """The ``SharedState`` of a store this process has alone (see the module docstring):
-    the memory store read in place, any other in a thread."""
-    in_place = getattr(store, "kind", None) == "memory"
-    return SharedState(LocalStateReader(store, clock), clock,
-                       background=_at_once if in_place else None, stale_ok=True)

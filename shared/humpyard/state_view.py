@@ -8,7 +8,7 @@ One way in, one way out: overrides and spend always come from a
   ``SharedHealth`` and ``SharedLatency`` read too (breakers and latency);
 - a process alone on its store (the memory store, a single ``serve``'s
   SQLite file) gets one over the store's overrides and spend
-  (``shared_state.local_state``), and keeps health and latency in memory;
+  (``local_state.local_state``), and keeps health and latency in memory;
   its view is served whatever its age while it is re-read (the memory
   store in place, a file in a thread, ``invalidate`` too), so the request
   path never reads the disk (the first read is made before serving).
@@ -36,9 +36,10 @@ from humpyard.config.spec import Config
 from humpyard.health.pacing import Pacing
 from humpyard.latency import LatencyBook
 from humpyard.ledger.periods import period_key
+from humpyard.local_state import local_state
 from humpyard.overrides import mark_stale
 from humpyard.planning.types import EndpointHealth, Override, StateSnapshot
-from humpyard.shared_state import SharedState, local_state, state_for
+from humpyard.shared_state import SharedState, state_for
 from humpyard.store import Store
 
 log = logging.getLogger("humpyard.gateway")

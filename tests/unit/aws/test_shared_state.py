@@ -8,6 +8,7 @@ test) to see a request served while a refresh is in flight.
 from __future__ import annotations
 
 import threading
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -197,6 +198,39 @@ def test_an_outage_is_logged_at_its_start_once_a_minute_and_at_its_end(
     clock.advance(1.0)
     state.current()
     assert said()[-1].startswith("shared state could not be read (1 time(s)")
+
+
+def test_own_spend_counts_through_an_outage_in_constant_room(clock: FakeClock) -> None:
+    """Before: a failed read moved the view's mark of "spend read up to here", so what
+    this instance had spent since the last good read stopped counting (a budget could
+    be passed by it), while every request's spend stayed in a list no failed read
+    trimmed (memory and a sum per request growing for as long as the outage)."""
+    gated = GatedStore()
+    state = SharedState(gated, clock, 1.0)
+    periods = {"k": "day:x"}
+    view = state.current(spend=periods)
+    assert state.spend(view, periods) == {"k": 1.0}  # what the first read says
+    state.note_spend("k", "day:x", 2.0)
+    gated.fail = True
+    clock.advance(1.0)
+    view = state.current(spend=periods)  # a failed read: the last view is kept
+    assert state.spend(view, periods) == {"k": 3.0}
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(100_000):
+            state.note_spend("k", "day:x", 0.001)
+        grew = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grew < 100_000, f"{grew} bytes for 100,000 requests' spend"
+    clock.advance(1.0)
+    view = state.current(spend=periods)  # failed again
+    assert state.spend(view, periods)["k"] == pytest.approx(3.0 + 100)
+    gated.fail = False
+    clock.advance(1.0)
+    view = state.current(spend=periods)  # the store's total now holds what was written
+    assert state.spend(view, periods) == {"k": 4.0}
 
 
 def test_a_first_read_that_fails_gives_an_empty_view(clock: FakeClock) -> None:
