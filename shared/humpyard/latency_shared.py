@@ -100,8 +100,9 @@ class SharedLatency:
     def flush(self) -> None:
         """Write the pending samples to the store now (one ``add_latency`` per bucket).
 
-        On failure the samples stay pending for the next flush and a warning
-        is logged; a flush never raises.
+        On a failure the samples of that bucket and of every later one stay
+        pending for the next flush (not tried: the store just failed) and one
+        warning is logged; a flush never raises.
         """
         with self._lock:
             pending, self._pending = self._pending, {}
@@ -110,11 +111,16 @@ class SharedLatency:
         for target, cells in pending.items():
             for bucket, cell in cells.items():
                 by_bucket.setdefault(bucket, {})[target] = cell
+        failed: StoreError | None = None
         for bucket, samples in sorted(by_bucket.items()):
             try:
+                if failed is not None:  # the store just failed: the rest wait with it
+                    raise failed
                 self._store.add_latency(samples, bucket)
             except StoreError as exc:
-                logger.warning("latency flush failed; keeping the samples: %s", exc)
+                if failed is None:  # one line a flush, not one per bucket
+                    logger.warning("latency flush failed; keeping the samples: %s", exc)
+                failed = exc
                 if bucket >= self._oldest(self._clock.now()):  # older ones no longer count
                     with self._lock:
                         _add(self._pending, bucket, samples)

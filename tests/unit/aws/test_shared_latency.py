@@ -139,3 +139,24 @@ def test_a_failed_flush_keeps_the_samples(client: Any, clock: FakeClock,
     clock.advance(1.0)
     assert a.figures(clock.now())["t"].samples == 1
     assert store.get_latency(0) == {"t": [(int(T0 // 60), 1, 100.0)]}
+
+
+def test_a_flush_the_store_fails_tries_one_bucket_and_says_so_once(
+        client: Any, clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
+    """Before: every pending bucket was tried (each through the store's retries) and a
+    warning written for each, every flush of an outage."""
+    failing = Failing(client, times=10**9, operations=frozenset({"UpdateItem"}))
+    counted = CallCounter(failing)
+    store = DynamoDBStore(STATE, LEDGER, clock=clock, client=counted)
+    a = SharedLatency(store, clock, flush_secs=5.0, auto_flush=False)
+    for _ in range(3):  # three buckets of a minute
+        a.record("t", 100.0, clock.now())
+        clock.advance(60.0)
+    with caplog.at_level(logging.WARNING, logger="humpyard.latency"):
+        a.flush()
+    said = [r.getMessage() for r in caplog.records if r.name == "humpyard.latency"]
+    assert len(said) == 1 and said[0].startswith("latency flush failed"), said
+    assert counted.calls["UpdateItem"] == 4  # one bucket, through the store's attempts
+    failing.remaining = 0
+    a.flush()
+    assert [c for _, c, _ in store.get_latency(0)["t"]] == [1, 1, 1]
