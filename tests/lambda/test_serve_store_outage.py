@@ -38,13 +38,17 @@ DOLLAR = {"prompt_tokens": 1_000_000, "completion_tokens": 0, "total_tokens": 1_
 
 
 @contextmanager
-def serving(moto: SerialMotoServer, tmp_path: Path) -> Iterator[tuple[ServeProcess, TcpRelay]]:
+def serving(moto: SerialMotoServer, tmp_path: Path, *, cut: bool = False
+            ) -> Iterator[tuple[ServeProcess, TcpRelay]]:
     """A ``serve`` of the key ``app`` ($1 a request on ``primary``) on fresh tables that
-    it reaches through a relay (stopped, and the relay mended, at the end)."""
+    it reaches through a relay, ``cut`` before it starts or not (stopped, and the relay
+    mended, at the end)."""
     port = int(moto.url.rsplit(":", 1)[1])
     with FakeUpstream() as primary, FakeUpstream() as backup, TcpRelay(port) as relay:
         primary.default = ok("a dollar", usage=DOLLAR)  # $1 a request at $1 per million
         state, ledger = fresh_tables(moto.url)
+        if cut:
+            relay.cut()
         path = tmp_path / "humpyard.toml"
         path.write_text(gateway_config(primary.url, backup.url) + KEYS_TOML
                         + store_toml(relay.url, state, ledger))
@@ -143,39 +147,34 @@ def test_a_serve_started_while_the_store_is_unreachable_says_so_briefly_and_reco
     (every half ``state_refresh_ms``: 125 lines in 30 s) and a traceback for each
     background job's failure (the purge and the override sweep at once, the sweep
     again every 30 s)."""
-    port = int(moto.url.rsplit(":", 1)[1])
-    with FakeUpstream() as primary, FakeUpstream() as backup, TcpRelay(port) as relay:
-        state, ledger = fresh_tables(moto.url)
-        relay.cut()
-        path = tmp_path / "humpyard.toml"
-        path.write_text(gateway_config(primary.url, backup.url) + KEYS_TOML
-                        + store_toml(relay.url, state, ledger))
-        proc = ServeProcess(path, tmp_path / "serve.log",
-                            env={**AWS_ENV, "APP_KEY": APP, "OPS_KEY": OPS})
-        proc.start(30)
-        try:
-            ids = []
-            for _ in range(10):
-                r = httpx.post(proc.url + "/v1/chat/completions", timeout=30,
-                               headers={"authorization": f"Bearer {APP}"},
-                               json={"model": "auto",
-                                     "messages": [{"role": "user", "content": "hi"}]})
-                assert r.status_code == 200, r.text
-                ids.append(r.headers["x-humpyard-request-id"])
-            until(lambda: "retention purge failed" in proc.output()
-                  and "override expiry sweep failed" in proc.output(),
-                  "the background jobs to have failed once", timeout=20)
-            assert httpx.get(proc.url + "/readyz", timeout=10).status_code == 503
-            relay.mend()
-            said = until(lambda: re.search(r"shared state read again after (\d+) failed",
-                                           proc.output()),
-                         "a read of the shared view to succeed", timeout=30)
-            assert int(said.group(1)) >= 2  # many failed reads, one line (below)
-            until(lambda: httpx.get(proc.url + "/readyz", timeout=10).status_code == 200,
-                  "ready once the tables answer", timeout=30)
-        finally:
-            relay.mend()
-            proc.stop()
+    with serving(moto, tmp_path, cut=True) as (proc, relay):
+        ids = []
+        for _ in range(10):
+            r = httpx.post(proc.url + "/v1/chat/completions", timeout=30,
+                           headers={"authorization": f"Bearer {APP}"},
+                           json={"model": "auto",
+                                 "messages": [{"role": "user", "content": "hi"}]})
+            assert r.status_code == 200, r.text
+            ids.append(r.headers["x-humpyard-request-id"])
+        until(lambda: "retention purge failed" in proc.output()
+              and "override expiry sweep failed" in proc.output(),
+              "the background jobs to have failed once", timeout=20)
+        assert httpx.get(proc.url + "/readyz", timeout=10).status_code == 503
+        relay.mend()
+        said = until(lambda: re.search(r"shared state read again after (\d+) failed",
+                                       proc.output()),
+                     "a read of the shared view to succeed", timeout=30)
+        assert int(said.group(1)) >= 2  # many failed reads, one line (below)
+        until(lambda: httpx.get(proc.url + "/readyz", timeout=10).status_code == 200,
+              "ready once the tables answer", timeout=30)
+
+        def listed() -> set[str]:
+            r = httpx.get(proc.url + "/v1/decisions", params={"limit": 100}, timeout=30,
+                          headers={"authorization": f"Bearer {OPS}"})
+            return {d["request_id"] for d in r.json()["decisions"]} if r.is_success else set()
+
+        until(lambda: set(ids) <= listed(), "the decisions made in the outage written",
+              timeout=30)
     log = proc.output()
     assert "Traceback" not in log
     assert log.count("shared state could not be read") == 1, log[-3000:]
