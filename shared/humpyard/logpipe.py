@@ -13,11 +13,14 @@ the event loop's time. ``wait_empty`` bounds how long an exit waits for the
 queue to drain (``EXIT_WAIT_SECS``). A file descriptor that fails (stderr
 closed: ``EPIPE``) takes nothing more (a full one set ``O_NONBLOCK`` by whoever
 handed it over is waited for on the thread, as a blocking one is); what is
-queued and put after is dropped and counted the same way.
+queued and put after is dropped and counted the same way. A write to a file
+whose disk is full or failing (``ENOSPC``, ``EFBIG``, ``EIO``) loses only the
+lines it held, dropped and counted the same way; the next are tried as ever.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import threading
@@ -102,12 +105,27 @@ class FdWriter:
                         view = view[os.write(self._fd, view):]
                     except BlockingIOError:  # a stderr set O_NONBLOCK: full, not gone
                         select.select([], [self._fd], [], 1.0)
-            except OSError:
-                self._fail(data)
+            except OSError as exc:
+                if isinstance(exc, BrokenPipeError) or exc.errno == errno.EBADF:
+                    self._fail(data)  # stderr is gone: it takes nothing more
+                else:  # a full or failing disk (ENOSPC, EFBIG, EIO): these lines only
+                    self._drop(data)
                 continue
             with self._cond:
                 self._queued -= len(data)
                 self._cond.notify_all()
+
+    def _drop(self, data: bytes) -> None:
+        """``data`` could not be written (the file's disk is full or failed): dropped and
+        counted; the lines after it are tried as ever."""
+        lost = data.count(b"\n")
+        with self._cond:
+            self._queued -= len(data)
+            self.dropped += lost
+            self._unreported += lost
+            self._cond.notify_all()
+        if lost and self.counter is not None:
+            self.counter.inc(lost)
 
     def _fail(self, data: bytes) -> None:
         """The descriptor takes no more: ``data`` (being written) and what is queued

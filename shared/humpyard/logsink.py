@@ -156,7 +156,8 @@ class BufferedStderr(logging.StreamHandler):  # type: ignore[type-arg]
         if lost:
             logging.getLogger("humpyard.log").warning(
                 "%d log lines were dropped: stderr took none for a while (its reader "
-                "stalled); see humpyard_log_lines_dropped_total", lost)
+                "stalled, or its file's disk was full); see "
+                "humpyard_log_lines_dropped_total", lost)
 
     def close(self) -> None:
         self.drain()

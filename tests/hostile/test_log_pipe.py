@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -27,8 +28,10 @@ from pathlib import Path
 
 import httpx
 
+from tests.durability.process import ServeProcess
 from tests.hostile.clients_support import MODEL, connect, scrape, wait_until, write_config
 from tests.support.fake_upstream import FakeUpstream
+from tests.support.polling import until
 from tests.support.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,3 +153,51 @@ def _read_all(fd: int, into: list[bytes]) -> None:
         if not data:
             return
         into.append(data)
+
+
+def test_a_log_file_that_was_full_is_written_again_once_it_has_room(tmp_path: Path) -> None:
+    """stderr into a file (``2>> humpyard.log``, ``nohup``) whose disk fills, and then has
+    room again (here a file size limit, lifted from outside: each write past it fails
+    with EFBIG, as one on a full disk fails with ENOSPC). Before: the first failed write
+    took the log for a closed stderr, and nothing was logged again for the rest of the
+    process's life. Now the lines that could not be written are dropped and counted,
+    and the log goes on once there is room."""
+    limit = 64 << 10
+
+    def limit_file_size() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+
+    def dropped() -> float:
+        return sum(scrape(proc.url, "humpyard_log_lines_dropped_total").values())
+
+    log = tmp_path / "serve.log"
+    with FakeUpstream() as up:
+        cfg = tmp_path / "humpyard.toml"  # no ledger: only the log grows
+        cfg.write_text(f'[providers.p]\nbase_url = "{up.url}"\n[targets.{MODEL}]\n'
+                       f'endpoints = [{{ provider = "p", model = "m" }}]\n')
+        proc = ServeProcess(cfg, log, preexec_fn=limit_file_size).start()
+        sent: list[str] = []
+        try:
+            with httpx.Client(base_url=proc.url, timeout=30) as client:
+                def chat() -> str:
+                    r = client.post("/v1/chat/completions", content=BODY,
+                                    headers={"content-type": "application/json"})
+                    assert r.status_code == 200, r.text
+                    sent.append(r.headers["x-humpyard-request-id"])
+                    return sent[-1]
+
+                until(lambda: chat() and log.stat().st_size >= limit,
+                      "the log file to reach its limit", timeout=60, step=0)
+                until(lambda: chat() and dropped() >= 20, "lines to be dropped", step=0)
+                resource.prlimit(proc.pid, resource.RLIMIT_FSIZE,
+                                 (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+                after = until(lambda: (rid := chat()) in proc.output() and rid,
+                              "a request logged once there is room", timeout=30)
+                counted = dropped()
+        finally:
+            proc.stop()
+    text = proc.output()
+    missing = [rid for rid in sent if rid not in text]
+    assert len(missing) >= 20 and missing[-1] < after  # lost while full, none after
+    assert counted >= 20
+    assert "log lines were dropped" in text
