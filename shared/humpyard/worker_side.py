@@ -13,7 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from typing import Any
+
+from humpyard.logsink import Sampled
 
 log = logging.getLogger("humpyard")
 
@@ -40,11 +43,16 @@ async def snapshot_metrics(shared: Any) -> None:
         await asyncio.to_thread(write_snapshot, shared)
 
 
+_UNWRITTEN = Sampled(time.monotonic, 60.0)  # a full disk fails every second: a line a minute
+
+
 def write_snapshot(shared: Any) -> None:
     try:
         shared.write()
-    except OSError as e:  # the run's directory gone (the parent removed it): nothing to do
-        log.warning("could not write the metrics snapshot: %s", e)
+    except OSError as e:  # the run's directory gone (the parent removed it), a full disk
+        if n := _UNWRITTEN.due():
+            log.warning("could not write the metrics snapshot (%d time(s) since the last "
+                        "line): %s", n, e)
 
 
 async def stop_when_orphaned(parent: int, stop: asyncio.Event) -> None:

@@ -6,11 +6,14 @@ pid); a dead worker is a pid that no longer runs (a finished child process)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from humpyard.metrics import GatewayMetrics, Metrics
 from humpyard.metrics.sharing import WorkerMetrics
@@ -134,3 +137,18 @@ def test_concurrent_snapshots_in_one_worker_never_answer_its_own_counts_only(tmp
     for t in threads:
         t.join()
     assert len(seen) == 1200 and set(seen) == {2.0}, sorted(set(seen))
+
+
+def test_a_snapshot_that_cannot_be_written_is_said_once_a_minute(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A worker writes its snapshot every second; on a full disk (here: its directory
+    gone) that was a warning every second for as long as it lasted."""
+    from humpyard.worker_side import write_snapshot
+    gone = tmp_path / "run"
+    shared = WorkerMetrics(str(gone), 0, registry().metrics)
+    with caplog.at_level(logging.WARNING, logger="humpyard"):
+        for _ in range(30):
+            write_snapshot(shared)
+    said = [r.getMessage() for r in caplog.records
+            if "could not write the metrics snapshot" in r.getMessage()]
+    assert len(said) <= 1, said
