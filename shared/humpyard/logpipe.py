@@ -49,6 +49,7 @@ class FdWriter:
         self._gave_up = False  # an exit's wait ran out: later waits do not wait again
         self.dropped = 0  # lines dropped, ever
         self._unreported = 0  # lines dropped since the last ``take_dropped``
+        self._taking = True  # the last write went through (not a full disk's failure)
         self.counter: Any = None  # a metrics Counter to count dropped lines in, if any
 
     def put(self, text: str) -> None:
@@ -75,10 +76,13 @@ class FdWriter:
             self.counter.inc(lost)
 
     def take_dropped(self) -> int:
-        """Lines dropped since the last call, once the queue has room again (the reader
-        is back); 0 while it is still full or nothing was dropped."""
+        """Lines dropped since the last call, once the queue has room again and a write
+        has gone through since (the reader is back, the disk has room); 0 until then or
+        when nothing was dropped (a report while the disk is still full would be lost
+        with the lines it counts)."""
         with self._cond:
-            if not self._unreported or self._failed or self._queued > self._bound // 2:
+            if (not self._unreported or self._failed or not self._taking
+                    or self._queued > self._bound // 2):
                 return 0
             n, self._unreported = self._unreported, 0
             return n
@@ -113,6 +117,7 @@ class FdWriter:
                 continue
             with self._cond:
                 self._queued -= len(data)
+                self._taking = True
                 self._cond.notify_all()
 
     def _drop(self, data: bytes) -> None:
@@ -123,6 +128,7 @@ class FdWriter:
             self._queued -= len(data)
             self.dropped += lost
             self._unreported += lost
+            self._taking = False
             self._cond.notify_all()
         if lost and self.counter is not None:
             self.counter.inc(lost)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -33,6 +34,7 @@ from tests.hostile.clients_support import MODEL, connect, scrape, wait_until, wr
 from tests.support.fake_upstream import FakeUpstream
 from tests.support.polling import until
 from tests.support.servers import free_port
+from tests.support.steps import status
 
 ROOT = Path(__file__).resolve().parents[2]
 F_SETPIPE_SZ = 1031
@@ -171,10 +173,13 @@ def test_a_log_file_that_was_full_is_written_again_once_it_has_room(tmp_path: Pa
         return sum(scrape(proc.url, "humpyard_log_lines_dropped_total").values())
 
     log = tmp_path / "serve.log"
-    with FakeUpstream() as up:
+    with FakeUpstream() as up, FakeUpstream() as broken:
+        broken.default = status(500)
         cfg = tmp_path / "humpyard.toml"  # no ledger: only the log grows
         cfg.write_text(f'[providers.p]\nbase_url = "{up.url}"\n[targets.{MODEL}]\n'
-                       f'endpoints = [{{ provider = "p", model = "m" }}]\n')
+                       f'endpoints = [{{ provider = "p", model = "m" }}]\n'
+                       f'[providers.b]\nbase_url = "{broken.url}"\n[targets.broken]\n'
+                       f'endpoints = [{{ provider = "b", model = "m" }}]\n')
         proc = ServeProcess(cfg, log, preexec_fn=limit_file_size).start()
         sent: list[str] = []
         try:
@@ -188,7 +193,13 @@ def test_a_log_file_that_was_full_is_written_again_once_it_has_room(tmp_path: Pa
 
                 until(lambda: chat() and log.stat().st_size >= limit,
                       "the log file to reach its limit", timeout=60, step=0)
-                until(lambda: chat() and dropped() >= 20, "lines to be dropped", step=0)
+                def failed() -> bool:  # a WARNING line: the log drains (and reports)
+                    r = client.post("/v1/chat/completions", json={
+                        "model": "broken", "messages": [{"role": "user", "content": "hi"}]})
+                    return r.status_code >= 500
+
+                until(lambda: chat() and failed() and dropped() >= 20,
+                      "lines to be dropped", step=0)
                 resource.prlimit(proc.pid, resource.RLIMIT_FSIZE,
                                  (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
                 after = until(lambda: (rid := chat()) in proc.output() and rid,
@@ -200,4 +211,7 @@ def test_a_log_file_that_was_full_is_written_again_once_it_has_room(tmp_path: Pa
     missing = [rid for rid in sent if rid not in text]
     assert len(missing) >= 20 and missing[-1] < after  # lost while full, none after
     assert counted >= 20
-    assert "log lines were dropped" in text
+    # said once there is room, all of them: a report while the disk was full was lost
+    # with the lines it counted
+    reported = [int(n) for n in re.findall(r"(\d+) log lines were dropped", text)]
+    assert sum(reported) == counted, (reported, counted)
