@@ -36,21 +36,24 @@ def shared_store(cfg: Any, private_file: str | None) -> Any:
 
 
 async def snapshot_metrics(shared: Any) -> None:
-    """Write a worker's metrics snapshot every ``SNAPSHOT_SECS``, off the loop."""
+    """Write a worker's metrics snapshot every ``SNAPSHOT_SECS``, off the loop; one
+    that cannot be written (a full disk) is said at most once a minute."""
     from humpyard.metrics.sharing import SNAPSHOT_SECS
+    said = Sampled(time.monotonic, UNWRITTEN_LOG_SECS)
     while True:
         await asyncio.sleep(SNAPSHOT_SECS)
-        await asyncio.to_thread(write_snapshot, shared)
+        await asyncio.to_thread(write_snapshot, shared, said)
 
 
-_UNWRITTEN = Sampled(time.monotonic, 60.0)  # a full disk fails every second: a line a minute
+UNWRITTEN_LOG_SECS = 60.0
 
 
-def write_snapshot(shared: Any) -> None:
+def write_snapshot(shared: Any, said: Sampled | None = None) -> None:
+    """Write ``shared``'s snapshot; a failure is logged (when ``said`` is due, if given)."""
     try:
         shared.write()
     except OSError as e:  # the run's directory gone (the parent removed it), a full disk
-        if n := _UNWRITTEN.due():
+        if n := (said.due() if said is not None else 1):
             log.warning("could not write the metrics snapshot (%d time(s) since the last "
                         "line): %s", n, e)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from humpyard.clock import FakeClock
 from humpyard.metrics import GatewayMetrics, Metrics
 from humpyard.metrics.sharing import WorkerMetrics
 
@@ -143,12 +144,21 @@ def test_a_snapshot_that_cannot_be_written_is_said_once_a_minute(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A worker writes its snapshot every second; on a full disk (here: its directory
     gone) that was a warning every second for as long as it lasted."""
-    from humpyard.worker_side import write_snapshot
-    gone = tmp_path / "run"
-    shared = WorkerMetrics(str(gone), 0, registry().metrics)
+    from humpyard.logsink import Sampled
+    from humpyard.worker_side import UNWRITTEN_LOG_SECS, write_snapshot
+    clock = FakeClock()
+    said = Sampled(clock.monotonic, UNWRITTEN_LOG_SECS)
+    shared = WorkerMetrics(str(tmp_path / "gone"), 0, registry().metrics)
+
+    def lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records
+                if "could not write the metrics snapshot" in r.getMessage()]
+
     with caplog.at_level(logging.WARNING, logger="humpyard"):
-        for _ in range(30):
-            write_snapshot(shared)
-    said = [r.getMessage() for r in caplog.records
-            if "could not write the metrics snapshot" in r.getMessage()]
-    assert len(said) <= 1, said
+        for _ in range(int(UNWRITTEN_LOG_SECS)):  # a minute of seconds
+            write_snapshot(shared, said)
+            clock.advance(1.0)
+        write_snapshot(shared, said)
+    assert [m.split(":")[0] for m in lines()] == [
+        "could not write the metrics snapshot (1 time(s) since the last line)",
+        "could not write the metrics snapshot (60 time(s) since the last line)"]
