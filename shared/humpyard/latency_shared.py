@@ -111,16 +111,15 @@ class SharedLatency:
         for target, cells in pending.items():
             for bucket, cell in cells.items():
                 by_bucket.setdefault(bucket, {})[target] = cell
-        failed: StoreError | None = None
+        failed = False  # once the store fails, the rest of the buckets wait with it
         for bucket, samples in sorted(by_bucket.items()):
-            try:
-                if failed is not None:  # the store just failed: the rest wait with it
-                    raise failed
-                self._store.add_latency(samples, bucket)
-            except StoreError as exc:
-                if failed is None:  # one line a flush, not one per bucket
+            if not failed:
+                try:
+                    self._store.add_latency(samples, bucket)
+                except StoreError as exc:
                     logger.warning("latency flush failed; keeping the samples: %s", exc)
-                failed = exc
+                    failed = True
+            if failed:
                 if bucket >= self._oldest(self._clock.now()):  # older ones no longer count
                     with self._lock:
                         _add(self._pending, bucket, samples)
