@@ -233,6 +233,34 @@ def test_own_spend_counts_through_an_outage_in_constant_room(clock: FakeClock) -
     assert state.spend(view, periods) == {"k": 4.0}
 
 
+@pytest.mark.parametrize("fails", [False, True])
+def test_spend_noted_while_a_read_is_in_flight_is_kept_past_it(clock: FakeClock,
+                                                               fails: bool) -> None:
+    """Spend noted before a read began is the read's to bring back (the store has it, or
+    the process's own count floors it); spend noted while it is in flight is not, so
+    it still counts after the read. A failed read brings nothing back: both count."""
+    gated = GatedStore()
+    state = SharedState(gated, clock, 1.0)
+    periods = {"k": "day:x"}
+    view = state.current(spend=periods)  # the first read: 1.0
+    state.note_spend("k", "day:x", 0.5)  # before the next read begins
+    gated.gate.clear()
+    gated.entered.clear()
+    gated.fail = fails
+    reading = threading.Thread(target=state.refresh)
+    reading.start()
+    assert gated.entered.wait(5)
+    state.note_spend("k", "day:x", 2.0)  # while it is in flight
+    gated.gate.set()
+    reading.join(5)
+    view = state.peek()
+    assert view is not None
+    if fails:  # the last good read's 1.0, and all that was noted since
+        assert state.spend(view, periods) == {"k": 3.5}
+    else:  # the second read's 2.0 (it holds the 0.5), and the 2.0 noted during it
+        assert state.spend(view, periods) == {"k": 4.0}
+
+
 def test_a_first_read_that_fails_gives_an_empty_view(clock: FakeClock) -> None:
     gated = GatedStore()
     gated.fail = True
