@@ -18,6 +18,7 @@ from humpyard.gateway import Gateway
 from humpyard.http.app import create_app
 from humpyard.http.probes import STORE_CHECK_SECS
 from humpyard.store.memory import MemoryStore
+from tests.support.polling import until
 from tests.support.servers import ServerThread
 
 CONFIG = '''
@@ -80,3 +81,32 @@ def test_concurrent_probes_share_one_store_check_and_reuse_it():
         clock.advance(STORE_CHECK_SECS + 0.1)
         r = httpx.get(srv.url + "/readyz", timeout=5)
         assert r.status_code == 503 and r.json()["checks"]["store"] == "unreachable"
+
+
+def test_a_ping_that_does_not_answer_is_not_asked_again_alongside():
+    """A store that does not answer holds the ping's thread for its client's own
+    timeouts, far past ``READY_TIMEOUT_SECS``. Before: every check after the reuse
+    window started another ping on another of the threads ``asyncio.to_thread``
+    shares with the rest of the process (3 held here after 3 checks)."""
+    clock = FakeClock()
+    store = HeldStore()
+    config = load_config_text(CONFIG)
+    app = create_app(config, gateway=Gateway(config, store, clock=clock))
+    with ServerThread(app, lifespan="on") as srv:
+        try:
+            first = httpx.get(srv.url + "/readyz", timeout=15)  # waits READY_TIMEOUT_SECS
+            assert first.status_code == 503 and first.json()["checks"]["store"] == "timeout"
+            for _ in range(2):  # each a new check, the first ping still held
+                clock.advance(STORE_CHECK_SECS + 0.1)
+                r = httpx.get(srv.url + "/readyz", timeout=15)
+                assert r.status_code == 503 and r.json()["checks"]["store"] == "timeout"
+            assert store.pings == 1
+        finally:
+            store.release.set()
+
+        def ready() -> bool:  # once the held ping has answered, a new check asks again
+            clock.advance(STORE_CHECK_SECS + 0.1)
+            return httpx.get(srv.url + "/readyz", timeout=15).status_code == 200
+
+        until(ready, "ready once the held ping has answered")
+        assert store.pings == 2

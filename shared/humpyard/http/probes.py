@@ -11,7 +11,8 @@ caller learns only "up" and "ready" (docs/operations.md, "Health probes").
   running and the store answers ``ping`` within ``READY_TIMEOUT_SECS``; 503
   otherwise, naming the check that failed. Each transition is logged once. The
   store's answer is shared by concurrent probes and reused for
-  ``STORE_CHECK_SECS``.
+  ``STORE_CHECK_SECS``, and at most one ``ping`` runs at a time: one that has
+  not answered is not asked again alongside (``_store_check``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from starlette.datastructures import State
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -72,20 +74,32 @@ async def _shared_store_check(request: Request) -> tuple[str, str]:
         return cached[1]  # type: ignore[no-any-return]
     task = getattr(state, "probe_task", None)
     if task is None or task.done():
-        task = asyncio.ensure_future(_store_check(gw.store))
+        task = asyncio.ensure_future(_store_check(state, gw.store))
         state.probe_task = task
     result: tuple[str, str] = await asyncio.shield(task)
     state.probe_store = (gw.clock.monotonic(), result)
     return result
 
 
-async def _store_check(store: object) -> tuple[str, str]:
-    """("ok" | "unreachable" | "timeout", the reason for the log)."""
+async def _store_check(state: State, store: object) -> tuple[str, str]:
+    """("ok" | "unreachable" | "timeout", the reason for the log).
+
+    The ``ping`` runs on a thread that a timeout here cannot stop: a store that
+    does not answer holds it for its client's own timeouts and retries (for
+    DynamoDB, seconds; a black hole's connects, longer). While it is held, a new
+    check answers "timeout" at once instead of starting another: probes every
+    few seconds would otherwise each hold one more of the threads that
+    ``asyncio.to_thread`` shares with the rest of the process."""
     ping = getattr(store, "ping", None)
     if ping is None:  # a test's stand-in store without the method: nothing to ask
         return "ok", ""
-    try:
-        await asyncio.wait_for(asyncio.to_thread(ping), READY_TIMEOUT_SECS)
+    held = getattr(state, "probe_ping", None)
+    if held is not None and not held.done():  # waited for READY_TIMEOUT_SECS already
+        return "timeout", f"no answer within {READY_TIMEOUT_SECS:.1f} s"
+    pinging = asyncio.get_running_loop().run_in_executor(None, ping)
+    state.probe_ping = pinging
+    try:  # shielded: a timeout leaves the ping to finish, its outcome retrieved
+        await asyncio.wait_for(asyncio.shield(pinging), READY_TIMEOUT_SECS)
     except TimeoutError:
         return "timeout", f"no answer within {READY_TIMEOUT_SECS:.1f} s"
     except StoreError as exc:
