@@ -281,6 +281,11 @@ class Leases:
         with self._lock:
             return {k: b.held for k, b in self._books.items() if b.held > 0}
 
+    def unwritten(self) -> float:
+        """Spend counted with a lease here and not written yet (tests wait for it)."""
+        with self._lock:
+            return sum(b.pending for b in self._books.values())
+
     # -- per-key limits shared through the store -------------------------------
 
     async def take_limits(self, key_id: str, *, window: float, rpm: int | None,
