@@ -70,15 +70,17 @@ def test_a_signal_while_starting_still_exits_0(tmp_path: Path) -> None:
     cfg = write_config(tmp_path, "http://127.0.0.1:9/v1")
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}"}
     for sig in (signal.SIGTERM, signal.SIGINT):
-        proc = subprocess.Popen([sys.executable, "-m", "humpyard.cli", "serve", "--config",
-                                 str(cfg), "--port", "0"], cwd=str(ROOT), env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        log = tmp_path / f"serve-{sig.name}.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "humpyard.cli", "serve", "--config",
+                                     str(cfg), "--port", "0"], cwd=str(ROOT), env=env,
+                                    stdout=subprocess.DEVNULL, stderr=out)
         try:
             deadline = time.monotonic() + 15
             while not _catches(proc.pid, signal.SIGTERM) and time.monotonic() < deadline:
                 time.sleep(0.002)
             proc.send_signal(sig)
-            assert proc.wait(15) == 0, sig
+            assert proc.wait(15) == 0, (sig, log.read_text()[-3000:])
         finally:
             if proc.poll() is None:
                 proc.kill()
