@@ -73,3 +73,30 @@ def test_a_file_with_a_ledger_keeps_everything(tmp_path: Path):
         assert rows(path, "decisions") == 2_500
     finally:
         store.close()
+
+
+def test_a_trim_that_fails_does_not_fail_the_batch_it_follows(tmp_path: Path, caplog):
+    """The batch is committed before the trim: were the trim's failure the batch's, the
+    ledger writer would write the batch again and add its spend twice. The trim is
+    refused here by a trigger put in the file from outside; it is tried again after the
+    next write."""
+    path = tmp_path / "state.db"
+    store = SharedSQLiteStore(str(path), FakeClock(T0), ledger=False, max_decisions=3)
+    period = "day:2027-01-15"
+    try:
+        with sqlite3.connect(path) as db:
+            db.execute("CREATE TRIGGER refuse_trim BEFORE DELETE ON decisions "
+                       "BEGIN SELECT RAISE(ABORT, 'no trim now'); END")
+        store.write_batch(LedgerBatch(decisions=[decision(f"r{i}", T0 + i) for i in range(7)],
+                                      spend={("k", period): 1.5}))
+        assert rows(path, "decisions") == 7  # written, not trimmed
+        assert store.get_spend("k", period) == 1.5
+        assert "trimming to 3 decisions failed" in caplog.text
+        with sqlite3.connect(path) as db:
+            db.execute("DROP TRIGGER refuse_trim")
+        store.write_batch(LedgerBatch(decisions=[decision("r7", T0 + 7)],
+                                      spend={("k", period): 1.5}))
+        assert rows(path, "decisions") == 3  # the next write trims
+        assert store.get_spend("k", period) == 3.0
+    finally:
+        store.close()
