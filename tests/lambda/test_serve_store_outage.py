@@ -9,7 +9,10 @@ when the store answers again, and nothing is counted lost.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +22,7 @@ import httpx
 from lambda_support import SerialMotoServer, gateway_config
 from test_serve_on_dynamodb import AWS_ENV, fresh_tables, store_toml
 
+from humpyard import awaited, background
 from tests.durability.process import ServeProcess
 from tests.support import FakeUpstream, ok
 from tests.support.polling import until
@@ -179,3 +183,69 @@ def test_a_serve_started_while_the_store_is_unreachable_says_so_briefly_and_reco
     assert "Traceback" not in log
     assert log.count("shared state could not be read") == 1, log[-3000:]
     assert "ledger decision not written" not in log
+
+
+def _threads(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def test_a_stalled_store_holds_a_bounded_number_of_threads(
+        moto: SerialMotoServer, tmp_path: Path) -> None:
+    """A partition while a budgeted key's requests and unauthenticated ``/readyz``
+    probes keep coming. Every store call that waits for the partition holds a thread
+    for its timeouts; the threads such calls may take are bounded by kind (the calls a
+    request waits for, the background jobs, the lease writes, one readiness ping, the
+    shared view's reader), so the process's thread count stays flat however many
+    requests and probes come."""
+    with serving(moto, tmp_path) as (proc, relay):
+        assert proc.proc is not None
+        pid = proc.proc.pid
+
+        def chat() -> int:
+            try:
+                return httpx.post(proc.url + "/v1/chat/completions", timeout=30,
+                                  headers={"authorization": f"Bearer {APP}"},
+                                  json={"model": "auto", "messages": [
+                                      {"role": "user", "content": "hi"}]}).status_code
+            except httpx.HTTPError:
+                return 0
+
+        assert chat() == 200
+        relay.stall()
+        peaks: list[int] = []
+        answered: list[int] = []
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.is_set():
+                peaks.append(_threads(pid))
+                time.sleep(0.05)
+
+        def clients(n: int) -> None:
+            answered.extend(chat() for _ in range(n))
+
+        def probes() -> None:
+            end = time.monotonic() + 12
+            while time.monotonic() < end:
+                with contextlib.suppress(httpx.HTTPError):
+                    httpx.get(proc.url + "/readyz", timeout=10)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        workers = [threading.Thread(target=clients, args=(4,)) for _ in range(8)]
+        workers += [threading.Thread(target=probes) for _ in range(4)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(120)
+        done.set()
+        sampler.join()
+        assert answered == [200] * 32  # a request waits at most 3 s for the store
+        # What a stalled store's calls may hold, kind by kind: the calls requests wait
+        # for, the background jobs, the leases' writes, one readiness ping, the shared
+        # view's reader, and the default executor (which the ping and the rest share).
+        bound = (awaited.THREADS + background.THREADS + 1 + 1 + 1
+                 + min(32, (os.cpu_count() or 1) + 4))
+        assert max(peaks) - peaks[0] <= bound, (peaks[0], max(peaks), bound)
+        # and not one per request: 32 requests and a probe flood waited on the store
+        assert max(peaks) - peaks[0] < 32
