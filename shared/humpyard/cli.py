@@ -57,6 +57,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import signal
 
+    from humpyard.stopping import hold_stop_signals
+    hold_stop_signals()  # before the imports below: a stop while starting is graceful
+
     from humpyard.serving import run_loop, serve
     from humpyard.workers import Supervisor, worker_count
     try:
@@ -65,12 +68,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(e, file=sys.stderr)
         return 2
     if workers > 1 and args.worker_fd is None:
-        return Supervisor(args.config, args.host, args.port, workers,
-                          argv=("--log-level", args.log_level),
-                          serve_args=("--log-format", args.log_format)).run()
-    # Until ``serve`` takes SIGINT and SIGTERM over, either one ends the process as
-    # Ctrl-C does (exit 0, the log drained at exit) rather than by the signal.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+        try:
+            return Supervisor(args.config, args.host, args.port, workers,
+                              argv=("--log-level", args.log_level),
+                              serve_args=("--log-format", args.log_format)).run()
+        except KeyboardInterrupt:  # a second signal while it was starting
+            return 0
     if args.worker_fd is not None:
         # A worker still starting reads the file as it is; a SIGHUP the parent sends
         # meanwhile must not end it (serve takes SIGHUP over once it serves).
@@ -91,10 +94,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_console(args: argparse.Namespace) -> int:
     """``serve`` with the admin API and the console only (no client path), on the
     configuration's ``[store]`` or on the tables a stack's outputs name (``--stack``)."""
-    import signal
+    from humpyard.stopping import hold_stop_signals
+    hold_stop_signals()  # as for serve
 
     from humpyard.serving import run_loop, serve
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         store = None
         if args.stack:

@@ -13,6 +13,30 @@ from typing import Any
 
 log = logging.getLogger("humpyard")
 
+_asked: list[int] = []  # the stop signals that came before serve owned them
+
+
+def hold_stop_signals() -> None:
+    """Until ``own_stop_signals`` takes them over (or the parent of ``serve --workers``
+    sets its own), the first SIGINT or SIGTERM is only remembered: ``serve`` stops
+    through its graceful path as soon as it serves (``asked_early``), so a startup is
+    never cut at whatever line it had reached (before, a ``KeyboardInterrupt`` there
+    could end the process by SIGINT, or log a cancelled lifespan's traceback). A
+    second one interrupts whatever runs, for a startup that hangs."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _held)
+
+
+def _held(signum: int, frame: object) -> None:
+    if _asked:
+        raise KeyboardInterrupt
+    _asked.append(signum)
+
+
+def asked_early() -> bool:
+    """Whether a stop signal came while they were held (``hold_stop_signals``)."""
+    return bool(_asked)
+
 
 def own_stop_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event,
                      server: Callable[[], Any]) -> None:
@@ -28,6 +52,8 @@ def own_stop_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event,
             loop.add_signal_handler(sig, on_signal)
         except (NotImplementedError, AttributeError, RuntimeError):  # not the main thread
             pass
+    if asked_early():  # it came while serve was starting: stop as soon as it serves
+        stop.set()
 
 
 async def finish_forced(server: Any) -> None:

@@ -77,6 +77,7 @@ from humpyard.errors import ConfigError, HumpyardError
 from humpyard.logsink import drain_all
 from humpyard.published_config import publish_config
 from humpyard.reload import FileWatch
+from humpyard.stopping import asked_early
 from humpyard.worker_state import (
     RunDir,
     check_shared_config,
@@ -221,10 +222,11 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._on_stop)
         signal.signal(signal.SIGINT, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_hup)
+        self._stopping = self._stopping or asked_early()  # it came while starting
         log.info("humpyard serving on http://%s:%d with %d workers (config %s)",
                  f"[{self.host}]" if ":" in self.host else self.host,  # an IPv6 address
                  self.sock.getsockname()[1], len(self.workers), self.config_path)
-        for w in self.workers:
+        for w in self.workers if not self._stopping else ():
             self._start(w)
         self._listened = time.monotonic()
         try:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.durability.process import ROOT, ServeProcess
 from tests.hostile.clients_support import MODEL, write_config
@@ -85,6 +86,43 @@ def test_a_signal_while_starting_still_exits_0(tmp_path: Path) -> None:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+STARTUP_MOMENTS = [i * 0.04 for i in range(10)]
+"""When, after ``serve`` first holds the signals, the signal comes: across the rest of
+its imports, the configuration, the store and the lifespan (~0.2 s here)."""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_a_signal_at_any_moment_of_the_start_stops_it_cleanly(tmp_path: Path,
+                                                               sig: signal.Signals) -> None:
+    """Before: a signal during the start was a ``KeyboardInterrupt`` at whatever line the
+    start had reached. A SIGINT then cancelled the lifespan and logged its traceback
+    as an ERROR (at almost every moment of the start), and a SIGTERM at some moments
+    ended the process by SIGINT (exit -2). Now the first signal is held until ``serve``
+    owns the signals, and it stops through the graceful path."""
+    cfg = write_config(tmp_path, "http://127.0.0.1:9/v1")
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}"}
+    for i, moment in enumerate(STARTUP_MOMENTS):
+        log = tmp_path / f"serve-{i}.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "humpyard.cli", "serve",
+                                     "--config", str(cfg), "--port", "0"], cwd=str(ROOT),
+                                    env=env, stdout=subprocess.DEVNULL, stderr=out)
+        try:
+            deadline = time.monotonic() + 15
+            while not _catches(proc.pid, signal.SIGTERM) and time.monotonic() < deadline:
+                time.sleep(0.002)
+            time.sleep(moment)
+            proc.send_signal(sig)
+            code = proc.wait(15)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        text = log.read_text()
+        assert code == 0, (moment, code, text[-3000:])
+        assert "Traceback" not in text and " ERROR " not in text, (moment, text[-3000:])
 
 
 def test_a_second_signal_stops_without_waiting_for_open_requests(tmp_path: Path) -> None:
