@@ -125,6 +125,32 @@ def test_a_signal_at_any_moment_of_the_start_stops_it_cleanly(tmp_path: Path,
         assert "Traceback" not in text and " ERROR " not in text, (moment, text[-3000:])
 
 
+def test_a_signal_while_the_workers_parent_starts_starts_no_worker(tmp_path: Path) -> None:
+    """``serve --workers 2`` stopped while its parent is still starting (loading what
+    it runs): it exits 0 and starts no worker. Before, the signal found no handler of
+    the parent's yet and ended it by SIGTERM (exit -15)."""
+    cfg = write_config(tmp_path, "http://127.0.0.1:9/v1")
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}"}
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "humpyard.cli", "serve", "--config",
+                                 str(cfg), "--port", "0", "--workers", "2"], cwd=str(ROOT),
+                                env=env, stdout=subprocess.DEVNULL, stderr=out)
+    try:
+        deadline = time.monotonic() + 15
+        while not _catches(proc.pid, signal.SIGTERM) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert code == 0, (code, text[-3000:])
+    assert "worker 0 started" not in text and "Traceback" not in text, text[-3000:]
+
+
 def test_a_second_signal_stops_without_waiting_for_open_requests(tmp_path: Path) -> None:
     """The first SIGTERM waits for a request still running; a second one does not,
     and the exit is still 0 with the log written."""
