@@ -65,27 +65,36 @@ def _catches(pid: int, sig: int) -> bool:
     return False
 
 
+def _stopped_while_starting(tmp_path: Path, log: Path, sig: int, moment: float = 0.0,
+                            *extra: str) -> tuple[int, str]:
+    """A ``serve`` (``extra`` arguments added) sent ``sig`` ``moment`` seconds after it
+    first catches SIGTERM: its exit status and its log."""
+    cfg = write_config(tmp_path, "http://127.0.0.1:9/v1")
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}"}
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "humpyard.cli", "serve", "--config",
+                                 str(cfg), "--port", "0", *extra], cwd=str(ROOT), env=env,
+                                stdout=subprocess.DEVNULL, stderr=out)
+    try:
+        deadline = time.monotonic() + 15
+        while not _catches(proc.pid, signal.SIGTERM) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(moment)
+        proc.send_signal(sig)
+        code = proc.wait(15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return code, log.read_text()
+
+
 def test_a_signal_while_starting_still_exits_0(tmp_path: Path) -> None:
     """Stopped as soon as ``serve`` has its handlers, before it listens (the
     configuration and the app still loading): exit 0 all the same."""
-    cfg = write_config(tmp_path, "http://127.0.0.1:9/v1")
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}"}
     for sig in (signal.SIGTERM, signal.SIGINT):
-        log = tmp_path / f"serve-{sig.name}.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "humpyard.cli", "serve", "--config",
-                                     str(cfg), "--port", "0"], cwd=str(ROOT), env=env,
-                                    stdout=subprocess.DEVNULL, stderr=out)
-        try:
-            deadline = time.monotonic() + 15
-            while not _catches(proc.pid, signal.SIGTERM) and time.monotonic() < deadline:
-                time.sleep(0.002)
-            proc.send_signal(sig)
-            assert proc.wait(15) == 0, (sig, log.read_text()[-3000:])
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        code, text = _stopped_while_starting(tmp_path, tmp_path / f"serve-{sig.name}.log", sig)
+        assert code == 0, (sig, text[-3000:])
 
 
 STARTUP_MOMENTS = [i * 0.04 for i in range(10)]
@@ -101,26 +110,9 @@ def test_a_signal_at_any_moment_of_the_start_stops_it_cleanly(tmp_path: Path,
     as an ERROR (at almost every moment of the start), and a SIGTERM at some moments
     ended the process by SIGINT (exit -2). Now the first signal is held until ``serve``
     owns the signals, and it stops through the graceful path."""
-    cfg = write_config(tmp_path, "http://127.0.0.1:9/v1")
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}"}
     for i, moment in enumerate(STARTUP_MOMENTS):
-        log = tmp_path / f"serve-{i}.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "humpyard.cli", "serve",
-                                     "--config", str(cfg), "--port", "0"], cwd=str(ROOT),
-                                    env=env, stdout=subprocess.DEVNULL, stderr=out)
-        try:
-            deadline = time.monotonic() + 15
-            while not _catches(proc.pid, signal.SIGTERM) and time.monotonic() < deadline:
-                time.sleep(0.002)
-            time.sleep(moment)
-            proc.send_signal(sig)
-            code = proc.wait(15)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        text = log.read_text()
+        code, text = _stopped_while_starting(tmp_path, tmp_path / f"serve-{i}.log", sig,
+                                             moment)
         assert code == 0, (moment, code, text[-3000:])
         assert "Traceback" not in text and " ERROR " not in text, (moment, text[-3000:])
 
@@ -129,24 +121,8 @@ def test_a_signal_while_the_workers_parent_starts_starts_no_worker(tmp_path: Pat
     """``serve --workers 2`` stopped while its parent is still starting (loading what
     it runs): it exits 0 and starts no worker. Before, the signal found no handler of
     the parent's yet and ended it by SIGTERM (exit -15)."""
-    cfg = write_config(tmp_path, "http://127.0.0.1:9/v1")
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'shared'}{os.pathsep}{ROOT}"}
-    log = tmp_path / "serve.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "humpyard.cli", "serve", "--config",
-                                 str(cfg), "--port", "0", "--workers", "2"], cwd=str(ROOT),
-                                env=env, stdout=subprocess.DEVNULL, stderr=out)
-    try:
-        deadline = time.monotonic() + 15
-        while not _catches(proc.pid, signal.SIGTERM) and time.monotonic() < deadline:
-            time.sleep(0.001)
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(15)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    text = log.read_text()
+    code, text = _stopped_while_starting(tmp_path, tmp_path / "serve.log", signal.SIGTERM,
+                                         0.0, "--workers", "2")
     assert code == 0, (code, text[-3000:])
     assert "worker 0 started" not in text and "Traceback" not in text, text[-3000:]
 
