@@ -140,8 +140,10 @@ def spread(url: str, n: int, *, model: str = "t", key: str | None = None,
     workers answered some (which worker accepts a connection is the kernel's choice)."""
     answers: list[httpx.Response] = []
     for _ in range(10 if both else 1):
-        with fresh_connections() as c, ThreadPoolExecutor(parallel) as pool:
-            answers += pool.map(lambda _: post(url, model, key, c), range(n))
+        # a client per request: one httpx client without kept connections, shared by
+        # threads, once had a connection closed under another thread (EBADF)
+        with ThreadPoolExecutor(parallel) as pool:
+            answers += pool.map(lambda _: post(url, model, key), range(n))
         if len({worker_of(r.headers["x-humpyard-request-id"]) for r in answers}) == 2:
             break
     return answers
@@ -386,7 +388,7 @@ def test_kill_9_of_one_worker_loses_at_most_its_last_batch(tmp_path: Path,
             else:
                 failed.append(time.monotonic())
 
-    fresh = fresh_connections()
+    fresh = [fresh_connections() for _ in range(4)]  # one a thread (``spread``)
     pinned: list[httpx.Client] = []
     try:
         before = children(server.pid)
@@ -396,7 +398,7 @@ def test_kill_9_of_one_worker_loses_at_most_its_last_batch(tmp_path: Path,
         # connections on different workers load both; four on new connections reach the
         # replacement after the kill (the pinned connection to the victim reconnects).
         pinned = pinned_pair(server.url)
-        users = [*pinned, *pinned, fresh, fresh, fresh, fresh]
+        users = [*pinned, *pinned, *fresh]
         threads = [threading.Thread(target=client, args=(c,)) for c in users]
         for t in threads:
             t.start()
@@ -418,7 +420,7 @@ def test_kill_9_of_one_worker_loses_at_most_its_last_batch(tmp_path: Path,
         assert len(replacement) == 1
     finally:
         stop.set()
-        for c in [fresh, *pinned]:
+        for c in [*fresh, *pinned]:
             c.close()
         assert server.stop() == 0
     assert len(by_worker_before) == 2
