@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+SLICE_FRACTION = 0.1
+"""A slice is at most this share of the budget, so idle slices strand little of it."""
+
 
 @dataclass(slots=True)
 class LeaseBook:
@@ -36,3 +39,13 @@ class LeaseBook:
         self.pending = max(0.0, self.pending - spent)
         if self.pending <= 1e-12:
             self.pending, self.since = 0.0, None
+
+    def slice(self, need: float) -> tuple[float, float]:
+        """A slice for ``need`` and the room it must leave for the other holders: at
+        most ``SLICE_FRACTION`` of the budget and half the room left per holder,
+        granted only while as much again per holder stays free (so slices shrink as
+        the room does)."""
+        holders = max(1, self.holders)
+        left = max(0.0, self.limit - self.committed)
+        slice_ = max(need, min(left / (2 * holders), SLICE_FRACTION * self.limit))
+        return slice_, slice_ * holders

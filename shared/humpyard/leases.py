@@ -21,7 +21,7 @@ back, every lease at shutdown; one not renewed within ``lease_secs`` (a
 dead instance's) stops counting for everyone else.
 
 The first slice is what the request needs; later ones ``max(need, min(left /
-(2 × holders), SLICE_FRACTION × usd))`` with ``left`` and ``holders`` from
+(2 × holders), lease_book.SLICE_FRACTION × usd))`` with ``left`` and ``holders`` from
 the last write's answer, granted only while as much again per holder stays
 free (so the slices shrink with the room left); when the store refuses it,
 the instance asks again for exactly what the request needs, so near the
@@ -62,8 +62,6 @@ LEASE_SECS = 120.0
 """A lease or in-flight slot row not renewed for this long stops counting (a dead instance's)."""
 IDLE_SECS = 30.0
 """A lease no request has used for this long is given back."""
-SLICE_FRACTION = 0.1
-"""A slice is at most this share of the budget, so idle slices strand little of it."""
 FLUSH_SECS = {"memory": 0.0, "sqlite": 0.0, "dynamodb": 10.0}
 """How long settled spend may wait in the instance before it is written, per store kind."""
 TICK_SECS = 1.0
@@ -174,7 +172,8 @@ class Leases:
                 granted = False
                 if known:  # a slice sized by the last answer, then by this one's
                     for _ in range(2):
-                        slice_, keep = self._slice(key_id, period, need)
+                        with self._lock:
+                            slice_, keep = self._books[(key_id, period)].slice(need)
                         if slice_ <= need:
                             break
                         granted = await self._run(self._write, key_id, period, slice_,
@@ -194,17 +193,6 @@ class Leases:
             if not granted:
                 return False
         return self.reserve_now(key_id, period, limit, usd)
-
-    def _slice(self, key_id: str, period: str, need: float) -> tuple[float, float]:
-        """A slice for the key and the room it must leave for the other holders: at most
-        ``SLICE_FRACTION`` of the budget and half the room left per holder, granted only
-        while as much again per holder stays free (so slices shrink as the room does)."""
-        with self._lock:
-            book = self._books[(key_id, period)]
-            holders = max(1, book.holders)
-            left = max(0.0, book.limit - book.committed)
-            slice_ = max(need, min(left / (2 * holders), SLICE_FRACTION * book.limit))
-        return slice_, slice_ * holders
 
     def unreserve(self, key_id: str, period: str, usd: float) -> None:
         """A request that reserved ``usd`` has ended (its cost comes with ``spend``)."""
