@@ -35,6 +35,10 @@ def shared_store(cfg: Any, private_file: str | None) -> Any:
     return open_store(cfg.ledger.path if cfg.ledger else None, SystemClock(), shared=True)
 
 
+UNWRITTEN_LOG_SECS = 60.0
+"""A metrics snapshot that cannot be written is said at most this often."""
+
+
 async def snapshot_metrics(shared: Any) -> None:
     """Write a worker's metrics snapshot every ``SNAPSHOT_SECS``, off the loop; one
     that cannot be written (a full disk) is said at most once a minute."""
@@ -43,9 +47,6 @@ async def snapshot_metrics(shared: Any) -> None:
     while True:
         await asyncio.sleep(SNAPSHOT_SECS)
         await asyncio.to_thread(write_snapshot, shared, said)
-
-
-UNWRITTEN_LOG_SECS = 60.0
 
 
 def write_snapshot(shared: Any, said: Sampled | None = None) -> None:
