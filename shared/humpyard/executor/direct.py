@@ -39,13 +39,19 @@ class Relay:
     (``wire``) before iterating: the reads that need nothing of the relay but
     passing on then go from the upstream's connection to the client's in the
     connection's callback, and this iterator only yields what does (the usage,
-    an error, the end). docs/decisions/0021-direct-relay.md."""
+    an error, the end). docs/decisions/0021-direct-relay.md.
 
-    __slots__ = ("gen", "wire")
+    ``last`` turns True as the relay yields its last batch: the upstream's answer
+    is all in and taken, and the relay ends without another (its end, an error
+    included, is decided by then). A server may then send that batch with the
+    stream's end, in one write."""
+
+    __slots__ = ("gen", "wire", "last")
 
     def __init__(self) -> None:
         self.gen: AsyncGenerator[list[SSEEvent], None] | None = None
         self.wire: DirectWire | None = None
+        self.last = False
 
     def __aiter__(self) -> Relay:
         return self

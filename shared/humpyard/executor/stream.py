@@ -29,6 +29,7 @@ from humpyard.protocols.anthropic_upstream import chat_usage
 from humpyard.protocols.anthropic_upstream_stream import ChunkTranslator
 from humpyard.protocols.sse import DONE, SSEEvent
 from humpyard.redact import redact
+from humpyard.upstream.body import complete, rest_of_read
 from humpyard.upstream.classify import Classification
 from humpyard.upstream.response import UpstreamResponse
 
@@ -124,53 +125,69 @@ async def _relay(held: list[SSEEvent], events: Events,
                  usage: dict[str, int], wanted_usage: bool,
                  secrets: Sequence[str | None] = (),
                  relay: Relay | None = None) -> AsyncGenerator[list[SSEEvent], None]:
-    """The held events as one batch, then one batch per upstream read (so the
-    client gets one write where the upstream sent one). An upstream error event
-    after the first content raises ``UpstreamError`` (code ``stream_broken``)
-    after the events before it in the same read. With a ``DirectWire`` (``Relay``),
-    plain reads go to the client directly in between."""
-    if held:
-        yield held
+    """The held events with the rest of their read as one batch, then one batch per
+    upstream read (so the client gets one write where the upstream sent one). An
+    upstream error event after the first content raises ``UpstreamError`` (code
+    ``stream_broken``) after the events before it in the same read. With a
+    ``DirectWire`` (``Relay``), plain reads go to the client directly in between;
+    ``Relay.last`` is set as the last batch goes."""
     decoder = events.decoder
     raw = events.raw
+    first: list[SSEEvent] | None = held or None  # out with the rest of its read
     while True:
         pending: list[SSEEvent] | None = None
-        if relay is not None and relay.wire is not None:  # usage chunks are never plain
-            pending = await direct(events, relay.wire, plain_chat, raw=True)
+        if first is None and relay is not None and relay.wire is not None:
+            pending = await direct(events, relay.wire, plain_chat, raw=True)  # never usage
         if pending:
             whole, chunk, evs = False, b"", pending
         else:
-            try:
-                chunk = await raw.__anext__()
-            except StopAsyncIteration:
-                break
-            whole = decoder.idle  # this chunk's events start in it: its bytes say what they hold
-            evs = events.feed(chunk)
-        if whole and b'"usage"' not in chunk and b'"error"' not in chunk:
-            if evs:
-                yield evs  # nothing to read in them: relayed as they are
-            continue
-        batch: list[SSEEvent] = []
-        for ev in evs:
-            if '"usage"' in ev.data or '"error"' in ev.data:
+            if first is not None:
+                chunk = rest_of_read(raw)
+            else:
                 try:
-                    obj = jsonfast.loads(ev.data)
-                except ValueError:
-                    obj = None
-                if isinstance(obj, dict):
-                    if "error" in obj and not obj.get("choices"):
-                        if batch:
-                            yield batch
-                        err = obj["error"]
-                        msg = err.get("message") if isinstance(err, dict) else str(err)
-                        raise UpstreamError(redact(f"upstream stream error: {msg}", secrets),
-                                            status=502, code="stream_broken")
-                    _usage_of(obj, usage)
-                    if not wanted_usage and not obj.get("choices"):
-                        continue
-            batch.append(ev)
+                    chunk = await raw.__anext__()
+                except StopAsyncIteration:
+                    break
+                chunk += rest_of_read(raw)
+            whole = decoder.idle  # this read's events start in it: its bytes say what they hold
+            evs = events.feed(chunk) if chunk else []
+        if whole and b'"usage"' not in chunk and b'"error"' not in chunk:
+            batch, failure = evs, None  # nothing to read in them: relayed as they are
+        else:
+            batch, failure = _chat_read(evs, usage, wanted_usage, secrets)
+        if first is not None:
+            batch, first = first + batch, None
         if batch:
+            if failure is None and relay is not None and complete(raw):
+                relay.last = True
             yield batch
+        if failure is not None:
+            raise failure
+
+
+def _chat_read(evs: list[SSEEvent], usage: dict[str, int], wanted_usage: bool,
+               secrets: Sequence[str | None]) -> tuple[list[SSEEvent], UpstreamError | None]:
+    """One read's events that name usage or an error: what to pass on (the usage
+    noted in ``usage``; a usage-only chunk dropped unless ``wanted_usage``), and the
+    break an error event makes (the events before it are passed on)."""
+    batch: list[SSEEvent] = []
+    for ev in evs:
+        if '"usage"' in ev.data or '"error"' in ev.data:
+            try:
+                obj = jsonfast.loads(ev.data)
+            except ValueError:
+                obj = None
+            if isinstance(obj, dict):
+                if "error" in obj and not obj.get("choices"):
+                    err = obj["error"]
+                    msg = err.get("message") if isinstance(err, dict) else str(err)
+                    return batch, UpstreamError(redact(f"upstream stream error: {msg}", secrets),
+                                                status=502, code="stream_broken")
+                _usage_of(obj, usage)
+                if not wanted_usage and not obj.get("choices"):
+                    continue
+        batch.append(ev)
+    return batch, None
 
 
 # -- Anthropic Messages streams ------------------------------------------------------
@@ -319,22 +336,26 @@ def _plain_anthropic(chunk: bytes, whole: bool, evs: list[SSEEvent]) -> bool:
 async def _relay_anthropic(held: list[SSEEvent], events: Events,
                            reader: _AnthropicEvents,
                            relay: Relay | None = None) -> AsyncGenerator[list[SSEEvent], None]:
-    if held:
-        yield held
     raw = events.raw
+    first: list[SSEEvent] | None = held or None  # out with the rest of its read
     while True:
         pending: list[SSEEvent] | None = None
-        if relay is not None and relay.wire is not None and reader.translator is None:
+        if first is None and relay is not None and relay.wire is not None \
+                and reader.translator is None:
             pending = await direct(events, relay.wire, _plain_anthropic)
         if pending:
             evs = pending
+        elif first is not None:
+            rest = rest_of_read(raw)
+            evs = events.feed(rest) if rest else []
         else:
             try:
                 chunk = await raw.__anext__()
             except StopAsyncIteration:
                 break
-            evs = events.feed(chunk)
-        batch: list[SSEEvent] = []
+            evs = events.feed(chunk + rest_of_read(raw))
+        batch: list[SSEEvent] = first or []
+        first = None
         try:
             reader.take(evs, batch)
         except _Broken as e:
@@ -342,6 +363,8 @@ async def _relay_anthropic(held: list[SSEEvent], events: Events,
                 yield batch
             raise UpstreamError(str(e), status=502, code="stream_broken") from None
         if batch:
+            if reader.ended and relay is not None and complete(raw):
+                relay.last = True
             yield batch
     if not reader.ended:
         raise UpstreamError(NO_MESSAGE_STOP, status=502, code="stream_broken")

@@ -258,6 +258,13 @@ class _Direct:
         """When the direct relay last wrote to the client (``send_stream``'s heartbeat)."""
         return self.wire.last if self.wire is not None else 0.0
 
+    @property
+    def ending(self) -> bool:
+        """The relay's batch just passed on is its last (``Relay.last``): the
+        client's protocol passes batches on one for one (``_direct_relay``), so
+        the chunk ``send_stream`` holds is the stream's last."""
+        return self.relay.last
+
     def _count(self, n: int) -> None:
         self.rec.relayed += n
 

@@ -160,10 +160,14 @@ HEARTBEAT = b": keep-alive\n\n"
 
 class Written(Protocol):
     """What writes to a stream's client beside ``send_stream``: ``last``, the loop
-    time of its last write."""
+    time of its last write; ``ending``, whether the chunk ``send_stream`` was just
+    handed is the stream's last (it then goes out with the stream's end)."""
 
     @property
     def last(self) -> float: ...
+
+    @property
+    def ending(self) -> bool: ...
 
 
 def _stream_head(headers: dict[str, str], media_type: bytes = SSE_TYPE) -> dict[str, Any]:
@@ -292,16 +296,30 @@ async def send_stream(send: Send, watch: ClientWatch | None, headers: dict[str, 
         if heartbeat_secs > 0:
             last = loop.time()
             timer = loop.call_later(heartbeat_secs, pulse)
+        ended = False
         async for chunk in chunks:
             if beat is not None:
                 sending = True
                 await beat  # never two sends at once
                 beat = None
+            if wire is not None and wire.ending:
+                if timer is not None:
+                    timer.cancel()
+                    timer = None
+                # The last chunk and the end in one write. The relay then ends
+                # without another chunk (one would fail in ``send``: the answer is over).
+                await send({"type": "http.response.body", "body": chunk, "more_body": False})
+                ended = True
+                if watch is not None:
+                    watch.stop()
+                continue
             sending = True
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
             sending = False
             if timer is not None:
                 last = loop.time()
+        if ended:
+            return
         if timer is not None:
             timer.cancel()
             if beat is not None:

@@ -107,6 +107,23 @@ class Body:
             except BaseException as e:
                 raise self._abandoned(e)  # noqa: B904 - _abandoned says what it chains
 
+    def rest(self) -> bytes:
+        """The rest of the read ``__anext__`` took its piece from, joined (b"" when
+        nothing else is parsed): ``__anext__`` hands a chunked body one chunk at a
+        time, as the upstream framed them; a relay passes a read on as one write."""
+        conn, p = self._conn, self._parser
+        if not p.buffered:
+            return b""
+        data = conn.take_all(p)
+        if p.done:
+            self._release()
+        return data
+
+    @property
+    def complete(self) -> bool:
+        """The whole answer is in and taken: the next ``__anext__`` ends the body."""
+        return self._parser.done and not self._parser.buffered
+
     async def splice(self, sink: Callable[[bytes], int],
                      drain: Callable[[], Awaitable[None]]) -> None:
         """``Conn.splice`` for this body's reads, when none wait and the answer is
@@ -123,3 +140,13 @@ class Body:
     async def aclose(self) -> None:
         """Stop reading: a connection whose answer is not all in is closed."""
         self._end()
+
+
+def rest_of_read(body: object) -> bytes:
+    """``Body.rest`` of ``body`` if it is a connection's own (b"" for a decoded one)."""
+    return body.rest() if type(body) is Body else b""
+
+
+def complete(body: object) -> bool:
+    """``Body.complete`` of ``body`` if it is a connection's own (else False)."""
+    return type(body) is Body and body.complete

@@ -99,10 +99,8 @@ class Conn(asyncio.Protocol):
                 self._sink = None  # the waiting task takes the rest, the old way
             else:
                 verdict = SINK_GO
-                while p.buffered:  # a read may hold several chunks of a chunked body
-                    verdict = sink(p.take())
-                    if verdict != SINK_GO:
-                        break
+                if p.buffered:  # a read may hold several chunks of a chunked body: one write
+                    verdict = sink(p.take_all())
                 if verdict == SINK_GO:
                     timeout = self._sink_timeout
                     if timeout is not None:  # the idle limit runs from this read
@@ -301,6 +299,14 @@ class Conn(asyncio.Protocol):
     def take(self, p: ResponseParser) -> bytes:
         data = p.take()
         if self._read_paused and p.buffered < LOW_WATER and self.transport is not None:
+            self._read_paused = False
+            self.transport.resume_reading()
+        return data
+
+    def take_all(self, p: ResponseParser) -> bytes:
+        """``take``, every piece parsed so far at once (``ResponseParser.take_all``)."""
+        data = p.take_all()
+        if self._read_paused and self.transport is not None:
             self._read_paused = False
             self.transport.resume_reading()
         return data

@@ -198,3 +198,14 @@ class ResponseParser:
         data = chunks.pop(0) if len(chunks) > 1 else chunks.pop()
         self._size -= len(data)
         return data
+
+    def take_all(self) -> bytes:
+        """Every piece of body parsed and not taken yet, joined (b"" when none)."""
+        chunks = self._chunks
+        if len(chunks) == 1:
+            data = chunks.pop()
+        else:
+            data = b"".join(chunks)
+            chunks.clear()
+        self._size = 0
+        return data
