@@ -17,6 +17,7 @@ import socket
 import struct
 import sys
 
+import httpx
 import pytest
 
 from tests.support.gateway import running_gateway
@@ -111,3 +112,23 @@ def test_an_end_that_comes_alone_is_a_write_of_its_own(own_server):
     segments, got = _segments_of_one_stream(script, own_server)
     assert got.endswith(b"%x\r\n%b\r\n" % (len(DONE), DONE) + END)
     assert segments <= (3 if own_server else 4)
+
+
+def test_a_limit_passed_in_the_rest_of_the_first_contents_read_sends_the_content_first():
+    # The first content, then (in the same read, a chunk of its own) an event past
+    # max_sse_event_bytes: the held content still goes out before the stream's error,
+    # as it did when the rest of that read was taken alone.
+    huge = b"data: " + b"x" * 2048
+    script = [_framed(_chunk({"role": "assistant", "content": "first"}), huge), GAP, END]
+    config = _config("UP").replace('[targets.t]', 'max_sse_event_bytes = 1024\n[targets.t]')
+    with RawServer([CHUNKED_HEAD, *script, CLOSE]) as up, \
+            running_gateway(config.replace("UP", up.url), own_server=True) as gw:
+        body = {"model": "t", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+        with httpx.Client(timeout=10) as c:
+            r = c.post(gw.url + "/v1/chat/completions", json=body)
+        gw.recorded(1)
+        [d] = gw.decisions()
+    events = [e for e in r.text.split("\n\n") if e]
+    assert r.status_code == 200 and '"first"' in events[0], r.text
+    assert json.loads(events[-1].removeprefix("data: "))["error"]["code"] == "stream_broken"
+    assert d["outcome"] == "stream_broken" and "max_sse_event_bytes" in d["error"], d

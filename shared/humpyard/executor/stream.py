@@ -150,7 +150,12 @@ async def _relay(held: list[SSEEvent], events: Events,
                     break
                 chunk += rest_of_read(raw)
             whole = decoder.idle  # this read's events start in it: its bytes say what they hold
-            evs = events.feed(chunk) if chunk else []
+            try:
+                evs = events.feed(chunk) if chunk else []
+            except Exception:
+                if first is not None:  # past a limit: what came before goes out first
+                    yield first
+                raise
         if whole and b'"usage"' not in chunk and b'"error"' not in chunk:
             batch, failure = evs, None  # nothing to read in them: relayed as they are
         else:
@@ -347,7 +352,11 @@ async def _relay_anthropic(held: list[SSEEvent], events: Events,
             evs = pending
         elif first is not None:
             rest = rest_of_read(raw)
-            evs = events.feed(rest) if rest else []
+            try:
+                evs = events.feed(rest) if rest else []
+            except Exception:  # a broken frame or a limit: what came before goes out first
+                yield first
+                raise
         else:
             try:
                 chunk = await raw.__anext__()
