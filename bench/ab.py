@@ -41,6 +41,7 @@ from procs import (
     boost_self,
     cpu_seconds,
     free_port,
+    in_turn,
     pin,
     pin_self,
     running,
@@ -110,8 +111,8 @@ def main() -> int:
             wrkload.throughput(port, model=tg.ROUTE, stream=a.stream, connections=4,
                                seconds=2)
             servers[n] = (port, proc)
-        for _ in range(a.rounds):
-            for n, (port, proc) in servers.items():
+        for i in range(a.rounds):
+            for n, (port, proc) in in_turn(list(servers.items()), i):
                 c0 = cpu_seconds(proc.pid)
                 r = wrkload.throughput(port, model=tg.ROUTE, stream=a.stream,
                                        connections=a.connections, seconds=a.seconds)

@@ -253,12 +253,24 @@ def measure_variants(variants: list[str], streams: int, seconds: float, rounds: 
     """``gateway_cpu_us_per_stream`` of several gateways in one run, A/B style: every
     variant (``ab.py``'s, e.g. ``rev:047106d`` or ``rev:worktree``) is started pinned
     to the gateway CPU, idle but one at a time, and in each round driven in turn with
-    ``streams`` paced streams for ``seconds``. The best and median per variant.
+    ``streams`` paced streams for ``seconds`` (in the other order every other round:
+    ``procs.in_turn``). The best and median per variant, and each later variant's
+    CPU per stream over the first's, round by round (``cpu_ratio_to_first``).
     ``ledger``: each variant writes its own SQLite ledger (``--workers`` needs one,
     e.g. ``rev:HEAD,rev:HEAD@--workers=2``)."""
     import targets as tg
     from ab import server_cmd
-    from procs import GATEWAY_CPU, LOAD_CPU, cpu_seconds, free_port, pin, start, stop, wait_http
+    from procs import (
+        GATEWAY_CPU,
+        LOAD_CPU,
+        cpu_seconds,
+        free_port,
+        in_turn,
+        pin,
+        start,
+        stop,
+        wait_http,
+    )
 
     up_port = free_port()
     up = start("paced", pin([sys.executable, __file__, "--serve", str(up_port)], LOAD_CPU),
@@ -276,8 +288,8 @@ def measure_variants(variants: list[str], streams: int, seconds: float, rounds: 
             log = tmp / f"{name}.log"
             servers[v] = (port, start(v, pin(cmd, GATEWAY_CPU), log, env=env))
             wait_http(port, "/v1/models", servers[v][1], 60)
-        for _ in range(rounds):
-            for v, (port, proc) in servers.items():
+        for i in range(rounds):
+            for v, (port, proc) in in_turn(list(servers.items()), i):
                 cpu0 = cpu_seconds(proc.pid)
                 r = load(port, streams, warm=1.0, seconds=seconds)
                 cpu = cpu_seconds(proc.pid) - cpu0
@@ -301,6 +313,12 @@ def measure_variants(variants: list[str], streams: int, seconds: float, rounds: 
                 "gateway_cpu_us_per_stream_median": round(statistics.median(cpu)),
                 "mean_ms_median": round(statistics.median(r["mean_ms"] for r in rows)),
                 "errors": sum(int(r["errors"]) for r in rows)}
+    first = samples[variants[0]]
+    for v in variants[1:]:  # CPU per stream over the first variant's, round by round
+        pairs = [b["cpu_us"] / a["cpu_us"] for a, b in zip(first, samples[v], strict=False)]
+        if v in out["variants"] and pairs:
+            out["variants"][v]["cpu_ratio_to_first"] = [round(r, 3) for r in pairs]
+            out["variants"][v]["cpu_ratio_to_first_median"] = round(statistics.median(pairs), 3)
     return out
 
 

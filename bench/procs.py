@@ -192,3 +192,11 @@ def machine_busy() -> tuple[float, float]:
     values = [int(v) for v in parts[:8]]
     idle = values[3] + values[4]
     return float(sum(values) - idle), float(sum(values))
+
+
+def in_turn(items: list, round_index: int) -> list:
+    """The variants of one A/B round in the order to drive them: the variant driven
+    second in a round has paid more, whichever it was (docs/decisions/
+    0003-performance.md), so every other round reverses the order and a run's
+    medians and paired ratios carry no order of their own."""
+    return list(items) if round_index % 2 == 0 else list(items)[::-1]
