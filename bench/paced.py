@@ -197,7 +197,8 @@ def _sched(pid: int | str) -> tuple[float, float]:
 
 
 GATEWAYS = (("humpyard", 1, False, 1), ("humpyard_ledger", 1, True, 1),
-            ("humpyard_w2", 2, True, 1), ("humpyard_x2", 1, True, 2))
+            ("humpyard_w2", 2, True, 1), ("humpyard_x2", 1, True, 2),
+            ("humpyard_w2_cores", 2, True, 1))
 """The rows through the gateway, as (name, workers, ledger, processes): one process
 without and with the SQLite ledger; ``--workers 2`` on the ledger file (what the
 workers share; without one they would share a private file of the same kind); and, for
@@ -206,14 +207,34 @@ split between them. Every process is pinned to
 the gateway's core. ``humpyard_w2`` against ``humpyard_ledger`` says what two workers
 cost per stream on one core, not how far two cores go; against ``humpyard_x2`` it says
 what of that is the sharing (two processes taking turns on one core cost more per
-stream than one, whatever they share: docs/decisions/0003-performance.md)."""
+stream than one, whatever they share: docs/decisions/0003-performance.md).
+
+``humpyard_w2_cores`` (``SPREAD``; only with two cores or more) runs ``--workers 2``
+with a core per worker: the first on the gateway's core, the second on a core of its
+own or, on two cores, on the load generator's; the parent beside the load. It reports
+each worker's CPU per stream (its share of the streams is its share of the client
+connections, counted mid-load), to hold against ``humpyard_ledger``'s: the worker
+alone on its core is the one that compares."""
+SPREAD = frozenset({"humpyard_w2_cores"})
 
 
 def measure(counts: list[int], seconds: float, tmp: Path,
             gateways: tuple[tuple[str, int, bool, int], ...] = GATEWAYS) -> dict[str, Any]:
     """Direct and through ``humpyard serve`` (the ``GATEWAYS`` rows) for each count."""
     import targets as tg
-    from procs import GATEWAY_CPU, LOAD_CPU, free_port, pin, start, stop, wait_http
+    from procs import (
+        GATEWAY_CPU,
+        LOAD_CPU,
+        cores,
+        free_port,
+        pin,
+        pin_process,
+        spread_cpus,
+        start,
+        stop,
+        tree,
+        wait_http,
+    )
 
     out: dict[str, Any] = {"interval_ms": INTERVAL * 1000, "events": EVENTS,
                            "direct_answer_ms": round(EVENTS * INTERVAL * 1000)}
@@ -223,7 +244,11 @@ def measure(counts: list[int], seconds: float, tmp: Path,
     try:
         wait_http(up_port, "/health", up, 30)
         for who, workers, ledger, copies in gateways:
+            spread = who in SPREAD
+            if spread and cores() < 2:
+                continue
             procs, ports = [], []
+            cores_of: dict[int, int] = {}  # a spread row's workers and their cores
             try:
                 for i in range(copies):
                     gw_port = free_port()
@@ -231,15 +256,22 @@ def measure(counts: list[int], seconds: float, tmp: Path,
                     home.mkdir(exist_ok=True)
                     t = tg.humpyard(home, up_port, gw_port, ledger=ledger, workers=workers)
                     assert t.cmd is not None
-                    procs.append(start(f"{who}-{i}-paced", pin(t.cmd, GATEWAY_CPU),
+                    procs.append(start(f"{who}-{i}-paced",
+                                       pin(t.cmd, LOAD_CPU if spread else GATEWAY_CPU),
                                        tmp / f"{who}-{i}-paced.log"))
                     ports.append(gw_port)
                     wait_http(gw_port, t.ready_path, procs[-1], 30)
+                if spread:
+                    kids = sorted(p for p in tree(procs[0].pid) if p != procs[0].pid)
+                    cores_of = dict(zip(kids, spread_cpus(), strict=False))
+                    for pid, cpu in cores_of.items():
+                        pin_process(pid, cpu)
                 for n in counts:
                     row = out.setdefault(f"c{n}", {})
                     if "direct" not in row:
                         row["direct"] = load(up_port, n, seconds=seconds)
-                    _through(row, who, workers, [g.pid for g in procs], ports, n, seconds)
+                    _through(row, who, workers, [g.pid for g in procs], ports, n, seconds,
+                             cores_of)
             finally:
                 for g in procs:
                     stop(g)
@@ -323,10 +355,13 @@ def measure_variants(variants: list[str], streams: int, seconds: float, rounds: 
 
 
 def _through(row: dict[str, Any], who: str, workers: int, pids: list[int], ports: list[int],
-             n: int, seconds: float) -> None:
+             n: int, seconds: float, cores_of: dict[int, int] | None = None) -> None:
     """One measured run through the gateways at ``ports`` (the load split between them)
-    into ``row[who]``."""
-    from procs import cpu_seconds
+    into ``row[who]``; with ``cores_of`` (worker pid: its core), each worker's CPU per
+    stream too (``per_worker``)."""
+    import threading
+
+    from procs import LOAD_CPU, connections_by_pid, cpu_seconds
 
     def cpu_now() -> float:
         return sum(cpu_seconds(p) for p in pids)  # each parent and every worker
@@ -335,9 +370,25 @@ def _through(row: dict[str, Any], who: str, workers: int, pids: list[int], ports
         return sum(_sched(p)[1] for p in pids)
     direct = row["direct"]
     cpu0, t0 = cpu_now(), time.monotonic()
+    each0 = {pid: cpu_seconds(pid) for pid in cores_of or {}}
+    held: dict[int, int] = {}
+    sampler = threading.Timer(1.0 + seconds / 2, lambda: held.update(
+        connections_by_pid(ports[0], list(cores_of or {}))))
+    if cores_of:
+        sampler.start()
     gw_wait0, (_, me_wait0) = waited(), _sched("self")
     via = load_split(ports, n, seconds=seconds)
     cpu = cpu_now() - cpu0
+    if cores_of:
+        sampler.join()
+    if cores_of and via["completed"] and sum(held.values()):
+        via["per_worker"] = [
+            {"core": core, "shares_core_with_load": core == LOAD_CPU,
+             "connections": held.get(pid, 0),
+             "cpu_us_per_stream": round((cpu_seconds(pid) - each0[pid]) / (
+                 via["completed"] * held[pid] / sum(held.values())) * 1e6)
+             if held.get(pid) else None}
+            for pid, core in cores_of.items()]
     wall = time.monotonic() - t0
     via["workers"] = workers
     via["processes"] = len(pids)
@@ -357,7 +408,10 @@ def _through(row: dict[str, Any], who: str, workers: int, pids: list[int], ports
           f"{who} {via['streams_per_s']}/s {via['mean_ms']} ms "
           f"(+{added}%), gateway CPU {via['gateway_cpu_share']:.0%} "
           f"({via.get('gateway_cpu_us_per_stream')} us/stream), waiting for a "
-          f"CPU {via['gateway_runqueue_wait_share']:.0%}", flush=True)
+          f"CPU {via['gateway_runqueue_wait_share']:.0%}"
+          + "".join(f"; worker on core {w['core']}: {w['connections']} connections, "
+                    f"{w['cpu_us_per_stream']} us/stream" for w in via.get("per_worker", ())),
+          flush=True)
 
 
 def main() -> int:
@@ -370,8 +424,9 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--ledger", action="store_true",
                    help="with --variants: each variant writes a SQLite ledger")
-    p.add_argument("--rows", default="humpyard,humpyard_ledger,humpyard_w2,humpyard_x2",
-                   help="the gateway rows to run (names from GATEWAYS)")
+    p.add_argument("--rows", default="humpyard,humpyard_ledger,humpyard_w2,humpyard_x2,"
+                   "humpyard_w2_cores",
+                   help="the gateway rows to run, in this order (names from GATEWAYS)")
     a = p.parse_args()
     if a.serve:
         serve(a.serve)
@@ -383,9 +438,9 @@ def main() -> int:
         print(json.dumps(res, indent=2))
         return 0
     with tempfile.TemporaryDirectory(prefix="humpyard-paced-") as tmp:
-        chosen = set(a.rows.split(","))
+        rows = a.rows.split(",")  # in the order given
         res = measure([int(x) for x in a.streams.split(",")], a.seconds, Path(tmp),
-                      tuple(g for g in GATEWAYS if g[0] in chosen))
+                      tuple(g for name in rows for g in GATEWAYS if g[0] == name))
     print(json.dumps(res, indent=2))
     return 0
 

@@ -200,3 +200,41 @@ def in_turn(items: list, round_index: int) -> list:
     0003-performance.md), so every other round reverses the order and a run's
     medians and paired ratios carry no order of their own."""
     return list(items) if round_index % 2 == 0 else list(items)[::-1]
+
+
+def spread_cpus() -> list[int]:
+    """The cores to give a gateway's workers one each, the load generator's last
+    (on two cores the second worker shares it)."""
+    others = [c for c in range(cores()) if c not in (GATEWAY_CPU, LOAD_CPU)]
+    return [GATEWAY_CPU, *others, LOAD_CPU]
+
+
+def pin_process(pid: int, cpu: int) -> None:
+    """Move every thread of the running ``pid`` to ``cpu``."""
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(int(task), {cpu})
+
+
+def connections_by_pid(port: int, pids: Sequence[int]) -> dict[int, int]:
+    """Established TCP connections on local ``port`` that each of ``pids`` holds (read
+    from /proc/net/tcp and tcp6 and each process's open files)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                f = line.split()
+                if f[3] == "01" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f[9])
+    out: dict[int, int] = {}
+    for pid in pids:
+        n = 0
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if link.startswith("socket:[") and link[8:-1] in inodes:
+                        n += 1
+        out[pid] = n
+    return out

@@ -258,14 +258,21 @@ def _paced_md(results: dict[str, Any]) -> list[str]:
     for key, row in paced.items():
         if not key.startswith("c") or not isinstance(row, dict):
             continue
-        for who in ("direct", "humpyard", "humpyard_ledger", "humpyard_w2", "humpyard_x2"):
+        for who in ("direct", "humpyard", "humpyard_ledger", "humpyard_w2", "humpyard_x2",
+                    "humpyard_w2_cores"):
             d = row.get(who)
             if d is None:
                 continue
             added = row.get("added_pct_mean" if who == "humpyard" else f"added_pct_mean_{who}")
             label = {"humpyard_w2": "humpyard --workers 2 (SQLite file)",
                      "humpyard_x2": "two separate humpyard (a ledger each; reference)",
-                     "humpyard_ledger": "humpyard (SQLite ledger)"}.get(who, who)
+                     "humpyard_ledger": "humpyard (SQLite ledger)",
+                     "humpyard_w2_cores": "humpyard --workers 2, a core per worker"}.get(who, who)
+            for w in d.get("per_worker", ()):
+                where = "beside the load generator" if w["shares_core_with_load"] \
+                    else "alone"
+                label += (f"; core {w['core']} ({where}): {w['connections']} connections, "
+                          f"{_f(w['cpu_us_per_stream'], 0)} µs a stream")
             lines.append(f"| {d['streams']} | {label} | {_f(d['streams_per_s'], 1)} | "
                          f"{_f(d['p50_ms'])} | {_f(d['p99_ms'])} | {_f(d['mean_ms'])} | "
                          f"{_f(added, 1) + ' %' if who != 'direct' else '–'} | "
