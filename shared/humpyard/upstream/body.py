@@ -111,10 +111,12 @@ class Body:
         """The rest of the read ``__anext__`` took its piece from, joined (b"" when
         nothing else is parsed): ``__anext__`` hands a chunked body one chunk at a
         time, as the upstream framed them; a relay passes a read on as one write."""
-        conn, p = self._conn, self._parser
+        p = self._parser
         if not p.buffered:
             return b""
-        data = conn.take_all(p)
+        if self._released:  # the connection may serve another answer by now
+            return p.take_all()
+        data = self._conn.take_all(p)
         if p.done:
             self._release()
         return data

@@ -44,6 +44,18 @@ def test_chunked_one_chunk_at_a_time(split: int | None) -> None:
         assert pieces == [b"abc", b"de"]
 
 
+@pytest.mark.parametrize("split", [None, 1, 3])
+def test_take_all_joins_what_is_parsed(split: int | None) -> None:
+    p = parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+              b"3\r\nabc\r\n2\r\nde\r\n1\r\nf\r\n0\r\n\r\n", split)
+    first = p.take()
+    rest = p.take_all()  # what ``take`` would hand out piece by piece, at once
+    assert first and first + rest == b"abcdef" and p.done
+    if split is None:
+        assert (first, rest) == (b"abc", b"def")
+    assert p.buffered == 0 and p.take_all() == b"" and p.take() == b""
+
+
 def test_what_rfc_9112_says_a_client_accepts() -> None:
     folded = parse(b"HTTP/1.1 200 OK\r\nX-A: one\r\n two\r\nContent-Length: 2\r\n\r\nhi")
     assert folded.head is not None and (b"X-A", b"one two") in folded.head[2]
