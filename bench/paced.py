@@ -370,18 +370,19 @@ def _through(row: dict[str, Any], who: str, workers: int, pids: list[int], ports
         return sum(_sched(p)[1] for p in pids)
     direct = row["direct"]
     cpu0, t0 = cpu_now(), time.monotonic()
-    each0 = {pid: cpu_seconds(pid) for pid in cores_of or {}}
-    held: dict[int, int] = {}
+    cores_of = cores_of or {}
+    each0 = {pid: cpu_seconds(pid) for pid in cores_of}
+    held: dict[int, int] = {}  # each worker's client connections, mid-load
     sampler = threading.Timer(1.0 + seconds / 2, lambda: held.update(
-        connections_by_pid(ports[0], list(cores_of or {}))))
-    if cores_of:
+        connections_by_pid(ports[0], list(cores_of)))) if cores_of else None
+    if sampler is not None:
         sampler.start()
     gw_wait0, (_, me_wait0) = waited(), _sched("self")
     via = load_split(ports, n, seconds=seconds)
     cpu = cpu_now() - cpu0
-    if cores_of:
+    if sampler is not None:
         sampler.join()
-    if cores_of and via["completed"] and sum(held.values()):
+    if via["completed"] and sum(held.values()):
         via["per_worker"] = [
             {"core": core, "shares_core_with_load": core == LOAD_CPU,
              "connections": held.get(pid, 0),
