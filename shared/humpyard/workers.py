@@ -223,11 +223,14 @@ class Supervisor:
         signal.signal(signal.SIGINT, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_hup)
         self._stopping = self._stopping or asked_early()  # it came while starting
-        log.info("humpyard serving on http://%s:%d with %d workers (config %s)",
-                 f"[{self.host}]" if ":" in self.host else self.host,  # an IPv6 address
-                 self.sock.getsockname()[1], len(self.workers), self.config_path)
-        for w in self.workers if not self._stopping else ():
-            self._start(w)
+        if self._stopping:
+            log.info("humpyard stopped while starting: no worker started")
+        else:
+            log.info("humpyard serving on http://%s:%d with %d workers (config %s)",
+                     f"[{self.host}]" if ":" in self.host else self.host,  # an IPv6 address
+                     self.sock.getsockname()[1], len(self.workers), self.config_path)
+            for w in self.workers:
+                self._start(w)
         self._listened = time.monotonic()
         try:
             while not self._stopping:

@@ -125,6 +125,7 @@ def test_a_signal_while_the_workers_parent_starts_starts_no_worker(tmp_path: Pat
                                          0.0, "--workers", "2")
     assert code == 0, (code, text[-3000:])
     assert "worker 0 started" not in text and "Traceback" not in text, text[-3000:]
+    assert "serving on" not in text, text[-3000:]  # it never served
 
 
 def test_a_second_signal_stops_without_waiting_for_open_requests(tmp_path: Path) -> None:
