@@ -87,7 +87,7 @@ class Gateway:
         self.store = store if store is not None else open_store(
             config.ledger.path if config.ledger else None, self.clock)
         self.writer = writer or writer_for(self.store)
-        self.health = health or self._shared_health(config) or HealthBook(
+        self.health = health or self._shared_health(config, instance or "") or HealthBook(
             health_settings(config))
         self.metrics = GatewayMetrics(Metrics())
         self.client = UpstreamClient(transport, metrics=self.metrics)
@@ -130,15 +130,17 @@ class Gateway:
             rng=self.rng, route_rngs={}, policy=policy,
             provider_tpm=_provider_tpm(config), tiers=self._tiers)
 
-    def _shared_health(self, config: Config) -> SharedHealth | None:
+    def _shared_health(self, config: Config, owner: str) -> SharedHealth | None:
         """Breakers in the store when it shares them (several processes on one file,
-        or DynamoDB): a probe lease is a compare-and-set there. Its writes run on a
-        thread of their own, never on the event loop (``queued``)."""
+        or DynamoDB): a probe lease is a compare-and-set there, naming ``owner`` (a
+        worker's instance: its parent gives the lease back if it dies). Its writes run
+        on a thread of their own, never on the event loop (``queued``)."""
         if not getattr(self.store, "shares_live", False):
             return None
         refresh = config.state_refresh_ms / 1000
         return SharedHealth(self.store, health_settings(config), self.clock, refresh,
-                            state=state_for(self.store, self.clock), queued=True)
+                            state=state_for(self.store, self.clock), queued=True,
+                            owner=owner)
 
     def _shared_latency(self, config: Config, flush_secs: float) -> SharedLatency | None:
         """Latency figures in the store when it shares them, written every ``flush_secs``

@@ -4,9 +4,9 @@
 file, DynamoDB, or none: ``RunDir``'s private state file for the run);
 ``RunDir`` is the run's own directory (each worker's metrics snapshot, and
 that state file); ``reset_live_state`` empties a SQLite file's breakers and
-latency at the start and end of a run; ``give_back`` frees the budget leases
-and limit slots a dead worker held in the file. The supervising itself is
-``workers.py``.
+latency at the start and end of a run; ``give_back`` frees the budget leases,
+limit slots and probe leases a dead worker held in the file. The supervising
+itself is ``workers.py``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import tempfile
 
 from humpyard.config.spec import Config
 from humpyard.errors import ConfigError, HumpyardError
+from humpyard.health.breaker import BreakerState, release_owned_probe
+from humpyard.store.base import LiveStateStore
 
 log = logging.getLogger("humpyard.workers")
 
@@ -87,19 +89,37 @@ def reset_quietly(cfg: Config) -> None:
 
 def give_back(path: str, instance: str) -> None:
     """What the dead worker ``instance`` held in the SQLite file at ``path``: its budget
-    leases and limit slots stop counting now (logged; a failure leaves them to expire)."""
+    leases and limit slots stop counting now, and a half-open endpoint it was probing is
+    probed again by the next request of any worker (``release_probes``), instead of by
+    none until the lease lapses (``[health]``'s probe lease: the longest timeout plus
+    60 s). Logged; a failure leaves them to expire."""
     from humpyard.clock import SystemClock
     from humpyard.store.sqlite import SharedSQLiteStore
     try:
         store = SharedSQLiteStore(path, SystemClock())
         try:
             leases, slots = store.release_instance(instance)
+            probes = release_probes(store, instance)
         finally:
             store.close()
     except (HumpyardError, OSError, sqlite3.Error) as e:
         log.warning("could not give back what instance %s held; it counts until its lease "
                     "expires: %s", instance, e)
         return
-    if leases or slots:
-        log.warning("gave back instance %s's %d budget lease(s) and %d limit slot row(s)",
-                    instance, leases, slots)
+    if leases or slots or probes:
+        log.warning("gave back instance %s's %d budget lease(s), %d limit slot row(s) and "
+                    "%d probe lease(s)", instance, leases, slots, probes)
+
+
+def release_probes(store: LiveStateStore, owner: str) -> int:
+    """End every probe lease ``owner`` holds in ``store``'s breakers, each by the
+    compare-and-set any transition uses (one a live process changed meanwhile is no
+    longer the dead one's: left alone). The number ended."""
+    ended = 0
+    for key, body in store.get_breakers().items():
+        state = BreakerState.from_dict(body)
+        freed = release_owned_probe(state, owner)
+        if freed is not None:
+            ok, _ = store.put_breaker(key, freed.to_dict(), state.version)
+            ended += ok
+    return ended

@@ -83,7 +83,10 @@ class BreakerState:
 
     ``open_until`` is 0 while closed; once set it stays set (in the past,
     meaning half-open) until a success. ``probe_until`` is the deadline of the
-    live probe lease, 0 if none. ``version`` grows by one on every change.
+    live probe lease, 0 if none; ``probe_owner`` names the process that holds it
+    (a worker of ``serve --workers``, whose parent gives it back if the worker
+    dies: ``release_owned_probe``), "" when unnamed. ``version`` grows by one on
+    every change.
     """
 
     consecutive_failures: int = 0
@@ -92,10 +95,12 @@ class BreakerState:
     cooldown_source: CooldownSource | None = None
     probe_until: float = 0.0
     version: int = 0
+    probe_owner: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict; ``from_dict`` reads it back."""
-        return {
+        """A JSON-serialisable dict; ``from_dict`` reads it back (``probe_owner`` only
+        when named: a stored state of one process is as it always was)."""
+        out: dict[str, Any] = {
             "consecutive_failures": self.consecutive_failures,
             "trips": self.trips,
             "open_until": self.open_until,
@@ -103,6 +108,9 @@ class BreakerState:
             "probe_until": self.probe_until,
             "version": self.version,
         }
+        if self.probe_owner:
+            out["probe_owner"] = self.probe_owner
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BreakerState:
@@ -121,6 +129,7 @@ class BreakerState:
             cooldown_source=source,
             probe_until=float(data.get("probe_until", 0.0)),
             version=int(data.get("version", 0)),
+            probe_owner=str(data.get("probe_owner") or ""),
         )
 
 
@@ -208,6 +217,7 @@ def record_failure(
             open_until=max(state.open_until, deadline),
             cooldown_source="failures",
             probe_until=0.0,
+            probe_owner="",
             version=state.version + 1,
         )
     return replace(state, consecutive_failures=failures, version=state.version + 1)
@@ -224,6 +234,7 @@ def _cool_for_stated_time(
         open_until=deadline,
         cooldown_source="retry_after",
         probe_until=0.0,
+        probe_owner="",
         version=state.version + 1,
     )
 
@@ -241,25 +252,25 @@ def record_success(state: BreakerState, settings: HealthSettings, now: float) ->
 
 
 def try_acquire_probe(
-    state: BreakerState, settings: HealthSettings, now: float
+    state: BreakerState, settings: HealthSettings, now: float, owner: str = ""
 ) -> tuple[bool, BreakerState]:
     """Ask to send the one probe of a half-open endpoint.
 
     Returns ``(True, leased_state)`` to exactly one caller once the cooldown
     has ended, recording a lease until ``now + probe_lease_secs``; others get
     ``(False, state)`` while the lease lives, and the next caller wins after
-    it lapses. A closed endpoint (or tracking off) needs no probe: ``(True,
-    state)``, unchanged. A cooling-down endpoint: ``(False, state)``. The
-    winner must report the outcome with ``record_success``,
-    ``record_failure`` or, for an answer that says nothing about the
-    endpoint, ``release_probe``.
+    it lapses. The lease names ``owner`` (``probe_owner``). A closed endpoint
+    (or tracking off) needs no probe: ``(True, state)``, unchanged. A
+    cooling-down endpoint: ``(False, state)``. The winner must report the
+    outcome with ``record_success``, ``record_failure`` or, for an answer
+    that says nothing about the endpoint, ``release_probe``.
     """
     if not settings.enabled or state.open_until == 0:
         return True, state
     if now < state.open_until or now < state.probe_until:
         return False, state
     leased = replace(state, probe_until=now + settings.probe_lease_secs,
-                     version=state.version + 1)
+                     probe_owner=owner, version=state.version + 1)
     return True, leased
 
 
@@ -272,7 +283,17 @@ def release_probe(state: BreakerState, settings: HealthSettings, now: float) -> 
     """
     if not settings.enabled or state.probe_until == 0:
         return state
-    return replace(state, probe_until=0.0, version=state.version + 1)
+    return replace(state, probe_until=0.0, probe_owner="", version=state.version + 1)
+
+
+def release_owned_probe(state: BreakerState, owner: str) -> BreakerState | None:
+    """``state`` with the probe lease ``owner`` holds given back, or None when it holds
+    none. For a process that died holding it (``serve --workers``' parent gives back a
+    dead worker's: ``worker_state.give_back``): the next request of any process
+    probes, rather than none until the lease lapses (``probe_lease_secs``)."""
+    if not owner or state.probe_owner != owner or state.probe_until == 0:
+        return None
+    return replace(state, probe_until=0.0, probe_owner="", version=state.version + 1)
 
 
 def view(state: BreakerState, settings: HealthSettings, now: float) -> EndpointView:

@@ -90,13 +90,16 @@ class SharedHealth:
     its ``refresh_secs`` is set to this one). Safe to share between threads:
     the snapshot is swapped under a lock, and concurrent transitions in one
     instance race through the same compare-and-set as those of different
-    instances.
+    instances. ``owner`` names this process in the probe leases it takes (a worker
+    of ``serve --workers``: its parent gives them back if it dies).
     """
 
     def __init__(self, store: LiveStateStore, settings: HealthSettings, clock: Clock,
                  refresh_secs: float, *, max_attempts: int = 5,
-                 state: SharedState | None = None, queued: bool = False) -> None:
+                 state: SharedState | None = None, queued: bool = False,
+                 owner: str = "") -> None:
         self.settings = settings
+        self._owner = owner
         self._store = store
         self._clock = clock
         self._refresh_secs = max(0.0, refresh_secs)
@@ -233,7 +236,8 @@ class SharedHealth:
             self._writes.shutdown(wait=True)
 
     def _lease(self, key: str, now: float) -> bool:
-        return self._apply(key, lambda s: try_acquire_probe(s, self.settings, now))[2]
+        return self._apply(
+            key, lambda s: try_acquire_probe(s, self.settings, now, self._owner))[2]
 
     def _transition(self, key: str, step: Transition) -> tuple[BreakerState, BreakerState]:
         """``step`` applied: at once and written here, or (``queued``) at once to this
