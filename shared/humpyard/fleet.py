@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from humpyard.clock import Clock, SystemClock
 from humpyard.config.spec import Config, LedgerSpec, StoreSpec
+from humpyard.config.stores import on_store
 from humpyard.errors import ConfigError, StoreError
 from humpyard.gateway import Gateway
 from humpyard.store import MemoryStore, Store, open_store
@@ -178,7 +179,7 @@ def with_store(config: Config, store: StoreSpec) -> Config:
                                     ledger_table=store.ledger_table,
                                     region=store.region or own.region,
                                     endpoint_url=store.endpoint_url or own.endpoint_url)
-    return dataclasses.replace(config, store=store, ledger=config.ledger or LedgerSpec())
+    return on_store(config, config.ledger or LedgerSpec(), store)
 
 
 STACK_OUTPUTS = ("StateTableName", "LedgerTableName")

@@ -4,7 +4,8 @@ The parent writes the texts it read for its check (the file and those it
 includes: ``config.files.ConfigFiles``) into the run's directory
 (``publish_config``); each worker loads those, at its start and at each
 reload (``PublishedConfig``), never the file on the disk, so no worker runs an
-edit the parent did not check (``workers.py``, ADR 0024).
+edit the parent did not check (``workers.py``, ADR 0024); and on the store the
+run opened, whatever a reloaded file names (``config/stores.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from humpyard.config import load_config
 from humpyard.config.files import ConfigFiles
 from humpyard.config.spec import Config
+from humpyard.config.stores import keep_store
 
 log = logging.getLogger("humpyard.workers")
 
@@ -25,12 +27,15 @@ PUBLISHED = "config.json"
 """The configuration the parent checked, in the run's directory (``PublishedConfig``)."""
 
 
-def publish_config(run_dir: str, files: ConfigFiles, generation: int) -> None:
+def publish_config(run_dir: str, files: ConfigFiles, generation: int,
+                   store: dict[str, Any]) -> None:
     """Write the texts ``files`` read for a check (the file and those it includes) as
-    the configuration every worker loads, replacing the last one at once (rename)."""
+    the configuration every worker loads, replacing the last one at once (rename), with
+    the store the run opened (``config.stores.store_named``): a worker keeps it whatever
+    the texts name, a restarted one too (a change of store takes a restart)."""
     tmp = os.path.join(run_dir, f".{PUBLISHED}.{generation}")
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"generation": generation, "texts": files.texts}, f)
+        json.dump({"generation": generation, "texts": files.texts, "store": store}, f)
     os.replace(tmp, os.path.join(run_dir, PUBLISHED))
 
 
@@ -66,13 +71,17 @@ class PublishedConfig:
         return generation is not None and generation != self.loaded
 
     def load(self) -> Config:
-        """The published configuration, checked here (``ConfigError``); the file itself
-        only when nothing was published (the run's directory is gone)."""
+        """The published configuration, checked here (``ConfigError``), on the run's
+        store; the file itself only when nothing was published (the run's directory
+        is gone)."""
         try:
             data = self._read()
-            texts, self.loaded = data["texts"], int(data["generation"])
+            texts, store = data["texts"], data["store"]
+            self.loaded = int(data["generation"])
         except (OSError, ValueError, KeyError, TypeError) as e:
             log.warning("the parent's checked configuration is unavailable (%s); "
                         "reading %s", e, self.config_path)
             return load_config(self.config_path)
-        return load_config(self.config_path, files=ConfigFiles(texts))
+        config, _ = keep_store(load_config(self.config_path, files=ConfigFiles(texts)),
+                               store)  # what differs is said by the parent, once
+        return config

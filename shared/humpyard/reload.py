@@ -1,8 +1,9 @@
 """Live reload: all or nothing, the old configuration keeps serving on any error.
 
 ``Reloader.reload()`` loads the file again; a valid result is swapped into the
-gateway (health, latency and unchanged routes' state carry over), an invalid
-one is logged with the reason and changes nothing. ``poll()`` does the same
+gateway (health, latency and unchanged routes' state carry over; the store is
+the one opened: a change of store takes a restart, ``config/stores.py``), an
+invalid one is logged with the reason and changes nothing. ``poll()`` does the same
 when the modification time or size of the file, or of a file it includes, changed
 and has held still for one more look (``FileWatch``: never a file caught half
 written).
@@ -17,6 +18,7 @@ from typing import Protocol
 
 from humpyard.config.load import load_config
 from humpyard.config.spec import Config
+from humpyard.config.stores import keep_store, store_named
 from humpyard.errors import ConfigError
 
 log = logging.getLogger("humpyard.reload")
@@ -107,6 +109,9 @@ class Reloader:
             log.error("reload rejected; the previous configuration keeps serving: %s", e)
             return False
         old = self.current()
+        new, kept = keep_store(new, store_named(old))
+        if kept is not None:
+            log.warning("%s", kept)
         for line in pool_changes(old, new):
             log.warning("pool membership changed %s", line)
         self.apply(new)

@@ -36,7 +36,9 @@ The parent process serves nothing itself. It
   in the run's directory (``published_config.py``), and a worker loads those, at
   its start (a restarted one too) and at each reload, so no worker ever runs
   an edit the parent did not check or a file edited between the parent's
-  check and the worker's read;
+  check and the worker's read; with them the store the run opened, which
+  every worker keeps whatever a reloaded file names (a change of store takes
+  a restart: ``config/stores.py``);
 - on SIGHUP (and, with ``reload_poll_secs``, when the files' modification
   stamps change: the parent watches them, the workers do not) loads the file
   first: a valid one is published and passed on as SIGHUP to every worker
@@ -69,10 +71,12 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from humpyard.config import load_config
 from humpyard.config.files import ConfigFiles
 from humpyard.config.spec import Config, ServerSpec
+from humpyard.config.stores import keep_store, store_named
 from humpyard.errors import ConfigError, HumpyardError
 from humpyard.logsink import drain_all
 from humpyard.published_config import publish_config
@@ -160,6 +164,7 @@ class Supervisor:
         self._watch = FileWatch(config_path)  # reload_poll_secs: the parent watches
         self._next_poll = 0.0
         self._state_file: str | None = None  # the SQLite file the workers share, if any
+        self._store: dict[str, Any] = {}  # the store the run opened (config/stores.py)
 
     def _command(self, fd: int, beat: int, w: _Worker) -> list[str]:
         assert self.run_dir is not None
@@ -209,7 +214,8 @@ class Supervisor:
                 self._state_file = os.path.expanduser(cfg.ledger.path)
             else:
                 self._state_file = self.run_dir.state  # None on DynamoDB
-            publish_config(self.run_dir.dir, files, self._generation)
+            self._store = store_named(cfg)
+            publish_config(self.run_dir.dir, files, self._generation, self._store)
             if self.run_dir.state is not None:
                 log.info("no ledger configured: the workers share a state file of their own "
                          "for this run, removed at exit (%s); overrides are refused and only "
@@ -275,9 +281,12 @@ class Supervisor:
             return
         if cfg.includes != self.config.includes:
             self._watch.mark(cfg.includes)
+        _, kept = keep_store(cfg, self._store)  # each worker keeps it: said here, once
+        if kept is not None:
+            log.warning("%s", kept)
         self._generation += 1
         try:
-            publish_config(self.run_dir.dir, files, self._generation)
+            publish_config(self.run_dir.dir, files, self._generation, self._store)
         except OSError as e:
             log.error("reload not published; every worker keeps the previous "
                       "configuration: %s", e)

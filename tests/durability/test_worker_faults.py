@@ -1,11 +1,15 @@
-"""``humpyard serve --workers 2`` when a worker dies holding shared state.
+"""``humpyard serve --workers 2`` when a worker dies holding shared state, and when the
+file is reloaded with another store.
 
 Each test runs the real command (``ServeProcess``) in front of ``FakeUpstream``s
 over real sockets, as ``test_workers.py`` does (its helpers are reused):
 
 - a worker killed while it probes a half-open endpoint: its probe lease is given
   back by the parent, so the next request of any worker probes (it used to block
-  every probe for the lease's 660 s, the endpoint unused though healthy).
+  every probe for the lease's 660 s, the endpoint unused though healthy);
+- a reload naming another ledger file, then a worker's death: the new worker
+  keeps the file the run opened (it used to open the new one, and the workers
+  counted limits in two files: a limit of 5 served 10).
 """
 
 from __future__ import annotations
@@ -14,15 +18,19 @@ import os
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tests.durability.test_workers import (
     _quietly,
+    _rows,
     bad_then_good,
     children,
+    kill_one_worker,
     poll,
     post,
     start,
+    target,
     write_config,
 )
 from tests.support.fake_upstream import FakeUpstream
@@ -92,3 +100,41 @@ def test_a_killed_workers_probe_lease_is_given_back(tmp_path: Path):
             assert "and 1 probe lease(s)" in server.output()
         finally:
             assert server.stop() == 0
+
+
+def test_a_reload_naming_another_ledger_keeps_the_runs_file_for_a_restarted_worker(
+        tmp_path: Path):
+    """A reload whose file names another ``[ledger] path``, then a worker's death: the
+    new worker opened the new path while its peer kept the old one, so the two
+    counted a key's limits (and budgets, breakers, decisions) in two files, and
+    ``rpm_limit = 5`` served 10. A change of store takes a restart, for workers as
+    for one process: every worker keeps the file the run opened, and the reload
+    says so."""
+    with FakeUpstream() as up:
+        cfg = write_config(tmp_path, target(up.url) + """
+[keys.lim]
+key_env = "LIM"
+rpm_limit = 5
+""")
+        from tests.durability.process import ServeProcess
+        server = ServeProcess(cfg, tmp_path / "serve.log", args=("--workers", "2"),
+                              env={"LIM": "lim-secret"}).start()
+        try:
+            poll(lambda: server.output().count("Application startup complete") == 2,
+                 what="both workers to serve")
+            other = tmp_path / "other.db"
+            cfg.write_text(cfg.read_text().replace(str(tmp_path / "ledger.db"), str(other)))
+            os.kill(server.pid, signal.SIGHUP)
+            poll(lambda: server.output().count("configuration reloaded") == 2,
+                 what="both workers to reload")
+            kill_one_worker(server)
+            with ThreadPoolExecutor(8) as pool:
+                answers = list(pool.map(lambda _: post(server.url, "t", "lim-secret"),
+                                        range(20)))
+            assert sorted(r.status_code for r in answers) == [200] * 5 + [429] * 15
+            assert not other.exists()
+            assert server.output().count("a change to the store takes a restart") == 1
+        finally:
+            assert server.stop() == 0
+    served = _rows(tmp_path / "ledger.db", "SELECT count(*) FROM decisions WHERE status = 200")
+    assert served == [(5,)]

@@ -223,20 +223,21 @@ def test_a_worker_catches_up_with_a_reload_published_while_it_started(tmp_path):
     published after that load and before the worker listened for SIGHUP (which it
     ignores while starting) is seen by its first look, and loaded once."""
     from humpyard.config.files import ConfigFiles
+    from humpyard.config.stores import store_named
     from humpyard.published_config import PublishedConfig, publish_config
     conf = write(tmp_path, {"humpyard.toml": MAIN.format(inc="prices.toml"),
                             "prices.toml": PRICES})
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     checked = ConfigFiles()
-    load_config(conf, env={}, files=checked)
-    publish_config(str(run_dir), checked, 0)
+    run_store = store_named(load_config(conf, env={}, files=checked))
+    publish_config(str(run_dir), checked, 0, run_store)
     published = PublishedConfig(str(run_dir), str(conf))
     state = {"cfg": published.load()}  # the worker's start: generation 0
     conf.write_text(conf.read_text() + '\n[routes.r2]\ntargets = ["big"]\n')
     checked = ConfigFiles()
     load_config(conf, env={}, files=checked)
-    publish_config(str(run_dir), checked, 1)  # the parent's reload; the SIGHUP is lost
+    publish_config(str(run_dir), checked, 1, run_store)  # the parent's reload; the SIGHUP is lost
     conf.write_text("[routes.broken\n")  # and the file, never checked, is not read
     reloader = Reloader(str(conf), lambda: state["cfg"], lambda c: state.update(cfg=c),
                         load=published.load, watch=published)
