@@ -249,8 +249,11 @@ class Supervisor:
                 drain_all()  # its INFO lines (a worker started) now, not at exit
                 time.sleep(POLL_SECS)
         finally:
-            self._stop_all()
+            # Its copy of the listening socket goes first: the workers close theirs as
+            # they stop accepting, and a connection the kernel still queued for nobody
+            # would wait out the drain (up to stop_timeout_secs) before its reset.
             self.sock.close()
+            self._stop_all()
             self._close_run_dir()
             if backend == "sqlite":  # a console on the file shows no breakers of this run
                 reset_quietly(cfg)  # the file the run started on (a reload keeps it)

@@ -1,5 +1,5 @@
-"""``humpyard serve --workers 2`` when a worker dies holding shared state, and when the
-file is reloaded with another store.
+"""``humpyard serve --workers 2`` when a worker dies holding shared state, when the
+file is reloaded with another store, and when the set stops.
 
 Each test runs the real command (``ServeProcess``) in front of ``FakeUpstream``s
 over real sockets, as ``test_workers.py`` does (its helpers are reused):
@@ -9,17 +9,22 @@ over real sockets, as ``test_workers.py`` does (its helpers are reused):
   every probe for the lease's 660 s, the endpoint unused though healthy);
 - a reload naming another ledger file, then a worker's death: the new worker
   keeps the file the run opened (it used to open the new one, and the workers
-  counted limits in two files: a limit of 5 served 10).
+  counted limits in two files: a limit of 5 served 10);
+- a stop while a request is still open: a new connection is refused at once,
+  not left waiting in the listening queue until the last worker is gone.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import httpx
 
 from tests.durability.test_workers import (
     _quietly,
@@ -138,3 +143,49 @@ rpm_limit = 5
             assert server.stop() == 0
     served = _rows(tmp_path / "ledger.db", "SELECT count(*) FROM decisions WHERE status = 200")
     assert served == [(5,)]
+
+
+def test_a_new_connection_during_a_stop_is_refused_at_once(tmp_path: Path):
+    """SIGTERM while a request is open: the workers stop accepting and drain, but the
+    parent still held the listening socket, so the kernel kept queueing new
+    connections nobody would accept. A client waited until the drain ended (up to
+    ``stop_timeout_secs``, 60 s by default), then was reset; one process refuses at
+    once. The parent now lets the socket go as it passes the stop on."""
+    with FakeUpstream() as up:
+        up.default = delay(8, ok("slow"))
+        cfg = write_config(tmp_path, target(up.url))
+        server = start(cfg, tmp_path)
+        answers: list[httpx.Response] = []
+        held = threading.Thread(target=lambda: answers.append(post(server.url)),
+                                daemon=True)
+        try:
+            held.start()
+            poll(lambda: len(up.requests_to("/v1/chat/completions")) == 1,
+                 what="the request in flight")
+            os.kill(server.pid, signal.SIGTERM)
+            poll(lambda: server.output().count("Waiting for") >= 1
+                 or "Shutting down" in server.output(), what="the workers to stop")
+            port = _port_of(server.url)
+
+            def refused() -> bool:
+                with socket.socket() as s:
+                    s.settimeout(1.0)
+                    try:
+                        s.connect(("127.0.0.1", port))
+                        s.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+                        s.recv(1)  # queued, never accepted: this times out
+                    except (ConnectionRefusedError, ConnectionResetError):
+                        return True
+                    except TimeoutError:
+                        return False
+                    return False
+
+            poll(refused, timeout=5, what="a new connection to be refused")
+            assert held.is_alive() or answers, "the open request was cut"
+            held.join(20)
+            assert [r.status_code for r in answers] == [200]
+        finally:
+            try:
+                assert server.proc is not None and server.proc.wait(30) == 0
+            finally:
+                server.kill()
