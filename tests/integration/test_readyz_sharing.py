@@ -7,13 +7,16 @@ on an event and counted; the clock is a ``FakeClock``.
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 
 import httpx
+import pytest
 
 from humpyard.clock import FakeClock
 from humpyard.config import load_config_text
+from humpyard.errors import StoreUnavailable
 from humpyard.gateway import Gateway
 from humpyard.http.app import create_app
 from humpyard.http.probes import STORE_CHECK_SECS
@@ -110,3 +113,41 @@ def test_a_ping_that_does_not_answer_is_not_asked_again_alongside():
 
         until(ready, "ready once the held ping has answered")
         assert store.pings == 2
+
+
+class FailingHeldStore(HeldStore):
+    """The first ``ping`` is held and, once released, fails as an unreachable store's
+    does; the ones after it answer."""
+
+    def ping(self) -> None:
+        self.pings += 1
+        if self.pings == 1:
+            self.release.wait(10)
+            raise StoreUnavailable("the store did not answer")
+
+
+def test_a_timed_out_ping_that_fails_later_leaves_no_unretrieved_exception(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """``/readyz`` gives up on a ping after ``READY_TIMEOUT_SECS``; the ping fails
+    afterwards. Before: asyncio logged "Future exception was never retrieved" with the
+    whole traceback once the ping's future was let go (``wait_for`` cancelling the
+    shield removes the shield's callback that would have retrieved it)."""
+    clock = FakeClock()
+    store = FailingHeldStore()
+    config = load_config_text(CONFIG)
+    app = create_app(config, gateway=Gateway(config, store, clock=clock))
+    with ServerThread(app, lifespan="on") as srv:
+        try:
+            first = httpx.get(srv.url + "/readyz", timeout=15)
+            assert first.status_code == 503 and first.json()["checks"]["store"] == "timeout"
+        finally:
+            store.release.set()
+
+        def ready() -> bool:  # a new check once the held ping has failed lets go of it
+            clock.advance(STORE_CHECK_SECS + 0.1)
+            return httpx.get(srv.url + "/readyz", timeout=15).status_code == 200
+
+        until(ready, "ready once the held ping has failed")
+        assert store.pings == 2
+        gc.collect()
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]

@@ -97,8 +97,11 @@ async def _store_check(state: State, store: object) -> tuple[str, str]:
     if held is not None and not held.done():  # waited for READY_TIMEOUT_SECS already
         return "timeout", f"no answer within {READY_TIMEOUT_SECS:.1f} s"
     pinging = asyncio.get_running_loop().run_in_executor(None, ping)
+    # Retrieved whenever it ends: once ``wait_for`` cancels the shield, the shield no
+    # longer does, and asyncio would log a failure that ends later as never retrieved.
+    pinging.add_done_callback(_retrieve)
     state.probe_ping = pinging
-    try:  # shielded: a timeout leaves the ping to finish, its outcome retrieved
+    try:  # shielded: a timeout leaves the ping to finish
         await asyncio.wait_for(asyncio.shield(pinging), READY_TIMEOUT_SECS)
     except TimeoutError:
         return "timeout", f"no answer within {READY_TIMEOUT_SECS:.1f} s"
@@ -107,3 +110,9 @@ async def _store_check(state: State, store: object) -> tuple[str, str]:
     except Exception as exc:  # noqa: BLE001 - a probe answers 503, never a 500
         return "unreachable", f"{type(exc).__name__}: {exc}"
     return "ok", ""
+
+
+def _retrieve(done: asyncio.Future[None]) -> None:
+    """Mark a ping's outcome as seen (the check that wanted it has answered already)."""
+    if not done.cancelled():
+        done.exception()
