@@ -62,6 +62,16 @@ def test_dynamodb_fields_belong_to_dynamodb_only() -> None:
     assert "store.state_table: only for backend = \"dynamodb\" (this one is 'sqlite')" in said
 
 
+def test_an_unknown_backend_is_said_once_and_its_fields_are_not_blamed() -> None:
+    """Before: after ``did you mean 'dynamodb'?`` came a line per DynamoDB field, each
+    calling the backend 'sqlite' (the default the unreadable value left behind)."""
+    said = problems('[ledger]\npath = "x.db"\n[store]\nbackend = "dynamo"\n' + TABLES
+                    + 'region = "us-east-1"\nendpoint_url = "http://127.0.0.1:8000"\n')
+    lines = said.splitlines()[1:]  # under "invalid configuration (t.toml):"
+    assert len(lines) == 1 and lines[0].strip().startswith("store.backend: "), said
+    assert "did you mean 'dynamodb'?" in said and "only for backend" not in said
+
+
 @pytest.mark.parametrize("url", ["http://AKIAEXAMPLE:s3cr3tvalue@127.0.0.1:8000",
                                  "ftp://127.0.0.1:8000", "http://127.0.0.1:8000/?k=s3cr3tvalue"])
 def test_an_endpoint_with_credentials_or_another_scheme_is_refused_unechoed(url: str) -> None:

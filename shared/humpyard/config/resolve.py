@@ -135,7 +135,7 @@ def _store(raw: RawConfig, errors: list[str], known: Salvage) -> StoreSpec | Non
                 errors.append(f"{path('store', name)}: required when backend = "
                               '"dynamodb" (the template\'s stack outputs StateTableName '
                               "and LedgerTableName name them)")
-    else:
+    elif not known.exists("store", "backend"):  # an unreadable backend is said once
         for name in ("state_table", "ledger_table", "region", "endpoint_url"):
             if getattr(st, name) is not None:
                 errors.append(f"{path('store', name)}: only for backend = \"dynamodb\" "
