@@ -8,7 +8,10 @@
 - with a store shared by several processes (``serve --workers N``): the
   shared view re-read in a thread every half ``state_refresh_ms`` (so a
   request never waits for it) and latency samples written every
-  ``LATENCY_FLUSH_SECS`` (never by a request).
+  ``LATENCY_FLUSH_SECS`` (never by a request);
+- with a store that sums stats in the process (DynamoDB): the sums written
+  once due, looked at every fifth of ``stats_flush_secs``, so an idle
+  process's stats reach the table (and other processes) as a busy one's do.
 
 Every blocking call runs in a thread of this object's own (``THREADS``, one
 per job at most), never the event loop's default executor: against a store
@@ -24,11 +27,11 @@ import asyncio
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from humpyard.clock import Clock
 from humpyard.config.spec import Config
-from humpyard.errors import StoreUnavailable
+from humpyard.errors import StoreError
 from humpyard.latency_shared import SharedLatency
 from humpyard.planning.types import Override
 from humpyard.quota.poller import QuotaPoller
@@ -40,8 +43,20 @@ log = logging.getLogger("humpyard.gateway")
 RETENTION_EVERY_SECS = 3600.0
 OVERRIDE_SWEEP_SECS = 30.0  # the longest wait between override-expiry sweeps
 LATENCY_FLUSH_SECS = 5.0  # shared latency samples are written at most this often
-THREADS = 4  # the jobs that call the store: retention, overrides, latency, the view
+STATS_TICK_SECS = 0.1  # the shortest wait between two looks at the pending stats
+THREADS = 5  # the jobs that call the store: retention, overrides, latency, the view, stats
 T = TypeVar("T")
+
+
+@runtime_checkable
+class PendingStats(Protocol):
+    """A store that sums stats in the process and writes them once ``stats_flush_secs``
+    have passed since its last flush (``store/dynamodb_stats.py``)."""
+
+    stats_flush_secs: float
+
+    def flush_stats_when_due(self) -> None:
+        """Write the sums if due; a failure is logged by the store, the sums kept."""
 
 
 class Background:
@@ -71,6 +86,8 @@ class Background:
             jobs.append(leases.run(stop))
         if isinstance(self.latency, SharedLatency):
             jobs.append(self._flush_latency(stop))
+        if isinstance(self.store, PendingStats):
+            jobs.append(self._flush_stats(self.store, stop))
         shares = self.state.shares
         if shares is not None:  # a long-lived process on a shared store (not Lambda)
             jobs.append(self._refresh_state(shares, stop))
@@ -163,6 +180,17 @@ class Background:
             await first_of(stop, timeout=LATENCY_FLUSH_SECS / 5)
         await self._off(self.flush_latency, force=True)
 
+    async def _flush_stats(self, store: PendingStats, stop: asyncio.Event) -> None:
+        """Write due stats sums in a thread: without it they waited for the next
+        decision write, so an idle process kept them (and a ``kill -9`` lost them)."""
+        tick = max(STATS_TICK_SECS, store.stats_flush_secs / 5)
+        while not stop.is_set():
+            await first_of(stop, timeout=tick)
+            try:
+                await self._off(store.flush_stats_when_due)
+            except Exception as exc:  # noqa: BLE001 - a flush must never stop the gateway
+                _failed("stats flush", exc)
+
     async def _refresh_state(self, source: SharedState, stop: asyncio.Event) -> None:
         """Re-read the shared view every half ``state_refresh_ms`` in a thread, so a
         request never waits for a read and an idle process's view is never older."""
@@ -186,9 +214,10 @@ async def first_of(*events: asyncio.Event, timeout: float) -> None:
 
 
 def _failed(job: str, exc: Exception) -> None:
-    """A job's failure: one line when the store did not answer (an outage is no bug,
-    and the job runs again), a traceback for anything else."""
-    if isinstance(exc, StoreUnavailable):
+    """A job's failure: one line when the store failed (it did not answer, or refused
+    the call: a table deleted under the process; no bug of ours, and the job runs
+    again), a traceback for anything else."""
+    if isinstance(exc, StoreError):
         log.warning("%s failed: %s", job, exc)
     else:
         log.error("%s failed", job, exc_info=exc)

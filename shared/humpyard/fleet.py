@@ -121,21 +121,32 @@ def _dynamodb_store(config: Config, clock: Clock, dynamodb: Any) -> BatchedDynam
     return store
 
 
-def _check_tables(store: BatchedDynamoDBStore, spec: StoreSpec) -> None:
-    """One read of the state table: a table that does not exist (a wrong name or region)
-    refuses the start; any other failure is logged and left to the store's retries."""
+def _no_table(exc: StoreError) -> bool:
+    """The store's call failed because its table does not exist."""
     from botocore.exceptions import ClientError
-    try:
-        store.ping()
-    except StoreError as exc:
-        cause = exc.__cause__
-        if (isinstance(cause, ClientError) and cause.response.get("Error", {}).get("Code")
-                == "ResourceNotFoundException"):
-            raise ConfigError(f"store.state_table: no table {spec.state_table!r} in region "
-                              f"{store._client.meta.region_name}"
-                              f"{' at ' + spec.endpoint_url if spec.endpoint_url else ''} "
-                              "(humpyard store create-tables makes both)") from None
-        log.warning("the state table did not answer at start; serving anyway: %s", exc)
+    cause = exc.__cause__
+    return (isinstance(cause, ClientError) and cause.response.get("Error", {}).get("Code")
+            == "ResourceNotFoundException")
+
+
+def _check_tables(store: BatchedDynamoDBStore, spec: StoreSpec) -> None:
+    """One read of each table: a table that does not exist (a wrong name or region)
+    refuses the start, naming its field; any other failure is logged and left to the
+    store's retries (and the ledger table is not asked after the state table failed:
+    an outage would make the start wait for the client's timeouts twice)."""
+    for field, table, read in (("state_table", spec.state_table, store.ping),
+                               ("ledger_table", spec.ledger_table, store.ping_ledger)):
+        try:
+            read()
+        except StoreError as exc:
+            if _no_table(exc):
+                raise ConfigError(f"store.{field}: no table {table!r} in region "
+                                  f"{store._client.meta.region_name}"
+                                  f"{' at ' + spec.endpoint_url if spec.endpoint_url else ''} "
+                                  "(humpyard store create-tables makes both)") from None
+            log.warning("the %s table did not answer at start; serving anyway: %s",
+                        field.split("_")[0], exc)
+            return
 
 
 def serve_gateway(config: Config, *, clock: Clock | None = None,

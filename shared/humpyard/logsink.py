@@ -274,6 +274,11 @@ class JsonLineFormatter(logging.Formatter):
         return json.dumps(out, default=str, separators=(",", ":"))
 
 
+AWS_SDK_LOGGERS = ("botocore", "boto3", "urllib3", "s3transfer")
+"""Loggers ``setup_logging`` keeps at INFO or above whatever the level: their DEBUG
+records carry AWS credentials (``X-Amz-Security-Token``) and every store item."""
+
+
 def setup_logging(level: str = "INFO", *, buffered: bool = False,
                    json_lines: bool = False) -> None:
     """The ``humpyard`` command's logging: to stderr; ``buffered`` (the long-running
@@ -300,6 +305,11 @@ def setup_logging(level: str = "INFO", *, buffered: bool = False,
     # httpcore's DEBUG trace prints upstream response headers verbatim, and an
     # upstream may echo the provider key (or set cookies) in them.
     logging.getLogger("httpcore").setLevel(logging.INFO)
+    # DEBUG is humpyard's own: the AWS SDK's DEBUG trace prints every signed request's
+    # headers (the session token) and bodies, so it stays off at any --log-level.
+    floor = max(logging.INFO, logging.getLevelName(level.upper()))
+    for name in AWS_SDK_LOGGERS:
+        logging.getLogger(name).setLevel(floor)
 
 
 class Sampled:

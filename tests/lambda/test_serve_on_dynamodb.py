@@ -403,6 +403,25 @@ def test_serve_refuses_to_start_on_a_table_that_does_not_exist(
     assert "testing" not in done.stderr  # no credential in the message
 
 
+def test_serve_refuses_to_start_on_a_ledger_table_that_does_not_exist(
+        moto: SerialMotoServer, tmp_path: Path) -> None:
+    """Before: ``serve`` started, ``/readyz`` said ready, and every decision was logged
+    as not written (ResourceNotFoundException) and lost."""
+    state, _ = fresh_tables(moto.url)
+    path = tmp_path / "humpyard.toml"
+    path.write_text('[providers.p]\nbase_url = "http://127.0.0.1:9/v1"\n'
+                    '[targets.t]\nendpoints = [{ provider = "p", model = "m" }]\n'
+                    + store_toml(moto.url, state, "no-such-ledger"))
+    done = subprocess.run(
+        [sys.executable, "-m", "humpyard.cli", "serve", "--config", str(path), "--port", "0"],
+        env={**os.environ, **AWS_ENV, "PYTHONPATH": str(ROOT / "shared")}, cwd=ROOT,
+        capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1, done.stderr
+    assert "store.ledger_table: no table 'no-such-ledger'" in done.stderr
+    assert "(humpyard store create-tables makes both)" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_create_tables_makes_both_tables_and_check_wants_botocore(
         moto: SerialMotoServer, tmp_path: Path) -> None:
     suffix = uuid.uuid4().hex[:8]

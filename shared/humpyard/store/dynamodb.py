@@ -118,6 +118,13 @@ class DynamoDBStore(DynamoDBLedger, DynamoDBOverrides, DynamoDBQuota, DynamoDBLi
         self._batch_get(self.state_table, [{"pk": S("live"), "sk": S("readyz")}],
                         consistent=False)
 
+    def ping_ledger(self) -> None:
+        """``ping`` of the ledger table: one eventually consistent ``BatchGetItem`` of a
+        key that is never written there (in the ``live`` partition, as ``ping``'s), or
+        ``StoreError``. Half a read unit; ``serve`` asks it once, at start."""
+        self._batch_get(self.ledger_table, [{"pk": S("live"), "sk": S("readyz")}],
+                        consistent=False)
+
     def purge(self, before: float) -> int:
         """Delete what is older than ``before`` (TTL does the same, late); return decisions.
 

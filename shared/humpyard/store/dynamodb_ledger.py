@@ -131,7 +131,7 @@ class DynamoDBLedger(DynamoDBStats):
         if not self._put_decision(row):
             raise ConflictError(f"decision {row.request_id} is already recorded")
         self._count_stats([row])
-        self._flush_stats_when_due()
+        self.flush_stats_when_due()
 
     def write_batch(self, batch: LedgerBatch) -> None:
         # Everything is checked before anything is written (ValueError names the item).
@@ -161,7 +161,7 @@ class DynamoDBLedger(DynamoDBStats):
             except StoreError as exc:
                 failure = failure or exc
                 unwritten.spend[(key_id, period)] = usd
-        self._flush_stats_when_due()
+        self.flush_stats_when_due()
         if failure is not None:
             raise LedgerWriteError.of(f"{len(unwritten)} of {len(batch)} ledger writes "
                                       f"failed: {failure}", unwritten, failure) from failure

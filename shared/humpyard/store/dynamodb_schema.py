@@ -23,7 +23,7 @@ pk                      sk                         holds
 ``spend#<key id>``      period label               ``usd``
 ======================  =========================  ==========================================
 
-Ledger table (``HUMPYARD_LEDGER_TABLE``), no index:
+Ledger table (``HUMPYARD_LEDGER_TABLE``; point-in-time recovery on), no index:
 
 ======================================  ======================================  ================
 pk                                      sk                                      holds
@@ -78,9 +78,10 @@ LEDGER_TABLE: dict[str, Any] = {
 def create_tables(client: Any, state_table: str, ledger_table: str) -> None:
     """Create both tables (on-demand), wait until active, then turn on TTL and PITR.
 
-    A table that already exists is left as it is, so this is safe to re-run
-    against a local emulator. For tests and local stacks; on AWS the SAM
-    template creates the same tables.
+    Point-in-time recovery is turned on for both tables, as ``template.yaml`` does,
+    whether just created or not; a table that already exists is otherwise left as
+    it is, so this is safe to re-run against a local emulator. For tests and local
+    stacks; on AWS the SAM template creates the same tables.
     """
     for name, spec in ((state_table, STATE_TABLE), (ledger_table, LEDGER_TABLE)):
         try:
@@ -92,6 +93,7 @@ def create_tables(client: Any, state_table: str, ledger_table: str) -> None:
         client.get_waiter("table_exists").wait(TableName=name)
         client.update_time_to_live(TableName=name, TimeToLiveSpecification={
             "Enabled": True, "AttributeName": TTL_ATTRIBUTE})
-    client.update_continuous_backups(
-        TableName=state_table,
-        PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True})
+    for name in (state_table, ledger_table):  # as template.yaml: both
+        client.update_continuous_backups(
+            TableName=name,
+            PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True})

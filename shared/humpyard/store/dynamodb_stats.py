@@ -5,8 +5,9 @@ They are added to this store object's pending aggregates, one per
 ``(group_by, hour, group key)``, and written by ``flush_stats``: one
 ``UpdateItem`` with ``ADD`` per pending item, whatever the number of
 decisions behind it. A flush happens when ``stats_flush_secs`` have passed
-since the last one (checked after every decision write), on ``close`` and on
-``purge``. So an instance serving one request a second writes about five
+since the last one (checked after every decision write and, in a ``serve``
+process, on a timer, so an idle process's sums reach the table too), on
+``close`` and on ``purge``. So an instance serving one request a second writes about five
 stats items a minute instead of four per request, and never in a
 transaction.
 
@@ -113,8 +114,9 @@ class DynamoDBStats(DynamoDBBase):
             raise failure
         return written
 
-    def _flush_stats_when_due(self) -> None:
-        """After a decision write: flush if due; a failure is logged, the stats kept."""
+    def flush_stats_when_due(self) -> None:
+        """Flush if due (after a decision write, and on a long-lived process's timer,
+        ``background.py``); a failure is logged in one line, the stats kept."""
         try:
             self.flush_stats(due_only=True)
         except StoreError as exc:

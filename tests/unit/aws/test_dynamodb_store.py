@@ -68,6 +68,14 @@ def test_create_tables_builds_the_documented_layout(client: Any) -> None:
     create_tables(client, STATE, LEDGER)  # again: existing tables are left alone
 
 
+def test_create_tables_turns_on_point_in_time_recovery_on_both_tables(client: Any) -> None:
+    """As ``template.yaml`` does. Before: the state table only."""
+    for table in (STATE, LEDGER):
+        backups = client.describe_continuous_backups(TableName=table)
+        pitr = backups["ContinuousBackupsDescription"]["PointInTimeRecoveryDescription"]
+        assert pitr["PointInTimeRecoveryStatus"] == "ENABLED", table
+
+
 def test_a_decision_is_one_conditional_put_and_its_stats_wait(store: DynamoDBStore,
                                                                counted: CallCounter) -> None:
     rid = new_request_id(T0)
