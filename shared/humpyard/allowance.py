@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -119,11 +120,14 @@ class Allowance:
             hold.usd += usd
             self._reserved[hold.key_id] = self._reserved.get(hold.key_id, 0.0) + usd
 
-    async def reserve_budget(self, hold: Hold, key: KeySpec, usd: float, now: float) -> bool:
+    async def reserve_budget(self, hold: Hold, key: KeySpec, usd: float, now: float, *,
+                             spend_read: Callable[[], bool] | None = None) -> bool:
         """Reserve ``usd`` of ``key``'s budget for ``hold``'s request: from this
         instance's lease of it when the store leases budgets (taking a larger lease
         may await one store write), else locally. False: the budget has no room for
-        it across every instance sharing the store (nothing reserved)."""
+        it across every instance sharing the store (nothing reserved). ``spend_read``: whether
+        this process has read the key's spend, asked only when a lease cannot be
+        written (without it, the store unreachable: ``BudgetUnknown``, ``Leases.take``)."""
         leases = self.leases
         if usd <= 0 or hold.settled:
             return True
@@ -132,7 +136,8 @@ class Allowance:
             return True
         period = period_key(key.budget.period, now)
         if not leases.reserve_now(key.id, period, key.budget.usd, usd) \
-                and not await leases.take(key.id, period, key.budget.usd, usd):
+                and not await leases.take(key.id, period, key.budget.usd, usd,
+                                         spend_read=spend_read):
             return False
         if hold.settled:  # the request ended while the lease was taken
             leases.unreserve(key.id, period, usd)

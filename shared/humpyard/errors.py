@@ -209,6 +209,19 @@ class StoreUnavailable(StoreError):
     code = "store_unavailable"
 
 
+class BudgetUnknown(StoreUnavailable):
+    """A budgeted key's request while the store cannot be reached and has never told
+    this process the key's spend: admitting it on a spend of 0 could pass the budget,
+    so it is planned as for a spent budget (a free target serves it) or refused 503."""
+
+    retry_after = 5.0
+
+    def __init__(self, key_id: str) -> None:
+        super().__init__(f"the budget of key {key_id} cannot be checked: the store has not "
+                         "answered since this process started; try again shortly")
+        self.key_id = key_id
+
+
 class StoreBusy(StoreUnavailable):
     """The store could not take its write lock in time (SQLite: another process holds
     the file's write lock); nothing was written, so the write may simply be retried."""

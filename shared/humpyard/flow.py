@@ -14,7 +14,7 @@ from typing import Any
 
 from humpyard.allowance import Hold, limit_headers, limited
 from humpyard.config.names import CREDENTIAL_HEADERS
-from humpyard.errors import BudgetExhausted, HumpyardError, RateLimited
+from humpyard.errors import BudgetExhausted, BudgetUnknown, HumpyardError, RateLimited
 from humpyard.executor.count import count_upstream
 from humpyard.executor.tiered import run_tiered
 from humpyard.ledger.periods import seconds_left
@@ -110,15 +110,28 @@ async def _reserve(gw: RequestServices, call: Call, hold: Hold, facts: RequestFa
     since the snapshot, nothing else was admitted in between; across instances the
     reservation comes from this instance's lease of the budget (``leases.py``), and
     when the budget has no room left for it anywhere the request is planned again as
-    for a spent budget: free targets only, else ``BudgetExhausted``."""
+    for a spent budget: free targets only, else ``BudgetExhausted``. So is a request
+    whose key's spend this process has never read while the store cannot be reached,
+    else ``BudgetUnknown`` (503): a spend of 0 is not assumed."""
     key = call.key
     assert key is not None and key.budget is not None and call.plan is not None
     usd = max((worst_cost(t.endpoints, facts) for t in call.plan.targets), default=0.0)
-    if await gw.allowance.reserve_budget(hold, key, usd, call.ts):
-        return
+    unknown: BudgetUnknown | None = None
+    try:
+        if await gw.allowance.reserve_budget(
+                hold, key, usd, call.ts,
+                spend_read=lambda: gw.state.spend_known(key.id, call.ts)):
+            return
+    except BudgetUnknown as e:
+        unknown = e
     spent = replace(snapshot, spend_usd={**snapshot.spend_usd, key.id: key.budget.usd})
-    call.plan = make_plan(facts, spent, call.config, call.ts, gw.rng, policy=gw.policy,
-                          route_rngs=gw.route_rngs)
+    try:
+        call.plan = make_plan(facts, spent, call.config, call.ts, gw.rng, policy=gw.policy,
+                              route_rngs=gw.route_rngs)
+    except BudgetExhausted:
+        if unknown is not None:
+            raise unknown from None
+        raise
 
 
 async def _admit(gw: RequestServices, call: Call, facts: RequestFacts) -> Hold | None:

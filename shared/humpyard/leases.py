@@ -49,7 +49,7 @@ from typing import Any, TypeVar
 
 from humpyard.awaited import WAIT_SECS, Awaited
 from humpyard.clock import Clock
-from humpyard.errors import StoreUnavailable
+from humpyard.errors import BudgetUnknown, StoreUnavailable
 from humpyard.lease_book import LeaseBook
 from humpyard.limit_blocks import limit_counter
 from humpyard.queued import drained
@@ -156,10 +156,15 @@ class Leases:
                 return True
             return False
 
-    async def take(self, key_id: str, period: str, limit: float, usd: float) -> bool:
+    async def take(self, key_id: str, period: str, limit: float, usd: float, *,
+                   spend_read: Callable[[], bool] | None = None) -> bool:
         """Reserve ``usd`` of the key's budget, taking a larger lease first when the one
         held cannot cover it; False when the budget has no room for it (across every
-        instance's spend and leases)."""
+        instance's spend and leases). When the lease cannot be written the instance's
+        own view of the budget stands, if it has one: ``spend_read()`` (a read brought the
+        key's spend; so when not given) or an answered lease write of it. Without
+        either, the store unreachable (no read will bring it either):
+        ``BudgetUnknown``, since admitting on a spend of 0 could pass the budget."""
         for _ in range(4):
             if self.reserve_now(key_id, period, limit, usd):
                 return True
@@ -184,11 +189,16 @@ class Leases:
                     granted = await self._run(self._write, key_id, period, need)
             except Exception as exc:  # noqa: BLE001 - the store is down: the local check
                 # stands. An outage is logged once (awaited.py), anything else each time.
+                with self._lock:
+                    answered = bool(self._book(key_id, period, limit).written)
+                if isinstance(exc, StoreUnavailable) and not answered \
+                        and spend_read is not None and not spend_read():
+                    raise BudgetUnknown(key_id) from exc  # reads fail too: no view
+                with self._lock:
+                    self._book(key_id, period, limit).used += usd
                 if not isinstance(exc, StoreUnavailable):
                     log.exception("budget lease for key %s could not be taken; "
                                   "admitting on this instance's view of the budget", key_id)
-                with self._lock:
-                    self._book(key_id, period, limit).used += usd
                 return True
             if not granted:
                 return False

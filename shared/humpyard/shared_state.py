@@ -180,6 +180,13 @@ class SharedState:
             view = self._view
             return view if view is not None and view.read_ticket > self._invalid_ticket else None
 
+    def has_read_spend(self, key_id: str, period: str) -> bool:
+        """Whether a read has brought ``key_id``'s spend total for ``period`` (however long
+        ago, invalidated or not): False before the store first answered for it."""
+        with self._lock:
+            view = self._view
+        return view is not None and (key_id, period) in view.spend
+
     @contextlib.contextmanager
     def no_reads(self) -> Iterator[None]:
         """In this thread, for the block: ``current`` serves the last view whatever its age

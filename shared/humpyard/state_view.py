@@ -106,6 +106,15 @@ class StateView:
                              reserved_usd=self.allowance.reserved(),
                              paced=self.pacing.paced(now))
 
+    def spend_known(self, key_id: str, now: float) -> bool:
+        """Whether this process knows ``key_id``'s spend in its budget's period at ``now``:
+        a store it has alone always tells it; a shared one once a read brought the total
+        (until then, with the store unreachable, the key's budget cannot be checked)."""
+        if self.shares is None:
+            return True
+        period = self.budget_periods(now).get(key_id)
+        return period is None or self.shares.has_read_spend(key_id, period)
+
     def budget_periods(self, now: float) -> dict[str, str]:
         """Key id → the label of its budget's period at ``now``, for every budgeted key.
 

@@ -33,11 +33,18 @@ def _json(payload: Any) -> str:
         return repr(payload)
 
 
+def _trace(exc: BaseException | None) -> BaseException | None:
+    """The traceback worth logging with a loss: none for a store that was unavailable
+    (``why`` says so, and a stop during an outage logs one line per item held, not a
+    hundred), the whole of anything unexpected."""
+    return None if isinstance(exc, StoreUnavailable) else exc
+
+
 def log_unsaved_decision(decision: Any, why: object, exc: BaseException | None = None) -> None:
     """Log a decision that was not written, with everything needed to replay it."""
     rid = decision.get("request_id") if isinstance(decision, dict) else None
     logger.error("ledger decision not written request_id=%s: %s; unsaved: %s",
-                 rid, why, _json(decision), exc_info=exc)
+                 rid, why, _json(decision), exc_info=_trace(exc))
 
 
 def log_unsaved_spend(key_id: str, period: str, usd: float, why: object,
@@ -45,7 +52,7 @@ def log_unsaved_spend(key_id: str, period: str, usd: float, why: object,
     """Log a spend add that was not written, with everything needed to replay it."""
     logger.error("ledger spend not written key_id=%s period=%s: %s; unsaved: %s",
                  key_id, period, why,
-                 _json({"key_id": key_id, "period": period, "usd": usd}), exc_info=exc)
+                 _json({"key_id": key_id, "period": period, "usd": usd}), exc_info=_trace(exc))
 
 
 def write_batch(store: Any, batch: LedgerBatch) -> None:
