@@ -218,8 +218,8 @@ def tables_from_stack(stack: str, *, region: str | None = None,
     except ClientError as exc:
         raise ConfigError(f"--stack {stack}: {exc.response.get('Error', {}).get('Code')}: "
                           f"{exc.response.get('Error', {}).get('Message')}") from None
-    except BotoCoreError as exc:
-        raise ConfigError(f"--stack {stack}: {type(exc).__name__}") from None
+    except BotoCoreError as exc:  # its message names the endpoint, never a credential
+        raise ConfigError(f"--stack {stack}: {type(exc).__name__}: {exc}") from None
     outputs = {o.get("OutputKey"): o.get("OutputValue")
                for s in stacks[:1] for o in s.get("Outputs", [])}
     missing = [name for name in STACK_OUTPUTS if not outputs.get(name)]
