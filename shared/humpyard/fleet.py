@@ -151,9 +151,11 @@ def _check_tables(store: BatchedDynamoDBStore, spec: StoreSpec) -> None:
 
 def serve_gateway(config: Config, *, clock: Clock | None = None,
                   transport: httpx.AsyncBaseTransport | None = None,
-                  dynamodb: Any = None) -> Gateway | None:
+                  dynamodb: Any = None, instance: str | None = None) -> Gateway | None:
     """The gateway ``humpyard serve`` runs on ``config``'s ``[store]``; None without a
     ``[store]`` section (the gateway opens ``[ledger]``'s store itself, as before).
+    ``instance`` names the process in the store (a worker's, given by its parent, which
+    gives back the probe leases of a worker that died).
 
     On DynamoDB the store shares live state, so the ``Gateway`` builds its shared
     health and latency itself (as for a Lambda instance and for the workers' SQLite
@@ -172,7 +174,7 @@ def serve_gateway(config: Config, *, clock: Clock | None = None,
     store = _dynamodb_store(config, clock, dynamodb)
     writer = BackgroundWriter(store, clock=clock, linger_secs=spec.batch_ms / 1000)
     gw = Gateway(config, store, transport=transport, clock=clock, writer=writer,
-                 latency_flush_secs=LATENCY_FLUSH_SECS)
+                 latency_flush_secs=LATENCY_FLUSH_SECS, instance=instance)
     store.on_conflict = gw.metrics.transaction_conflicts.inc
     log.info("store: DynamoDB tables %s and %s (region %s%s)", spec.state_table,
              spec.ledger_table, store._client.meta.region_name,

@@ -277,7 +277,7 @@ async def serve(config_path: str, host: str, port: int, *, sock: socket.socket |
         # the file (those of serve --workers on it; empty when none runs)
         app = create_app(cfg, shared_store(cfg, None), surfaces=surfaces)
     else:
-        gateway = fleet.serve_gateway(cfg)
+        gateway = fleet.serve_gateway(cfg, instance=worker_instance)
         app = create_app(cfg, gateway=gateway, surfaces=surfaces)
     gw = app.state.gateway
     gw.spans = telemetry.from_environ(os.environ)  # None unless OTEL_* asks for traces

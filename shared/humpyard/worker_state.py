@@ -5,8 +5,9 @@ file, DynamoDB, or none: ``RunDir``'s private state file for the run);
 ``RunDir`` is the run's own directory (each worker's metrics snapshot, and
 that state file); ``reset_live_state`` empties a SQLite file's breakers and
 latency at the start and end of a run; ``give_back`` frees the budget leases,
-limit slots and probe leases a dead worker held in the file. The supervising
-itself is ``workers.py``.
+limit slots and probe leases a dead worker held in the file (on DynamoDB,
+``give_back_probes`` its probe leases). The supervising itself is
+``workers.py``.
 """
 
 from __future__ import annotations
@@ -109,6 +110,27 @@ def give_back(path: str, instance: str) -> None:
     if leases or slots or probes:
         log.warning("gave back instance %s's %d budget lease(s), %d limit slot row(s) and "
                     "%d probe lease(s)", instance, leases, slots, probes)
+
+
+def give_back_probes(cfg: Config, instance: str) -> None:
+    """On DynamoDB, the probe leases the dead worker ``instance`` held: the breakers are
+    one item any process reads, so the parent ends them as on a SQLite file (its budget
+    leases and limit slots are spread over the keys' items: they count until they
+    expire). Slow when the tables do not answer: call it off the parent's loop."""
+    from humpyard.clock import SystemClock
+    from humpyard.fleet import open_configured_store
+    try:
+        store = open_configured_store(cfg, SystemClock())
+        try:
+            probes = release_probes(store, instance)
+        finally:
+            store.close()
+    except (HumpyardError, OSError) as e:
+        log.warning("could not give back instance %s's probe leases; they last until "
+                    "they lapse: %s", instance, e)
+        return
+    if probes:
+        log.warning("gave back instance %s's %d probe lease(s)", instance, probes)
 
 
 def release_probes(store: LiveStateStore, owner: str) -> int:

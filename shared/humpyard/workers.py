@@ -27,10 +27,11 @@ The parent process serves nothing itself. It
   up to ``MAX_RESTART_BACKOFF_SECS`` while it keeps dying within
   ``STABLE_SECS`` of its start); each start names the worker's instance in the
   store (``--worker-instance``), so that when a worker dies without its
-  shutdown the parent gives back, on a SQLite file, the budget leases and
-  per-key limit slots it held (``give_back``) instead of leaving them to count
-  until their lease expires (on DynamoDB they do: no one process can find
-  them all);
+  shutdown the parent gives back, on a SQLite file, the budget leases,
+  per-key limit slots and probe leases it held (``give_back``) instead of
+  leaving them to count until their lease expires (on DynamoDB only the probe
+  leases, in a thread: the breakers are one item, while no one process can
+  find all the keys' items);
 - hands every worker the configuration it checked, not the file: the texts
   of the file and of those it includes, as read for the check, are published
   in the run's directory (``published_config.py``), and a worker loads those, at
@@ -68,6 +69,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -86,6 +88,7 @@ from humpyard.worker_state import (
     RunDir,
     check_shared_config,
     give_back,
+    give_back_probes,
     reset_live_state,
     reset_quietly,
 )
@@ -362,6 +365,10 @@ class Supervisor:
                 w.beats = None
             if self._state_file is not None:
                 give_back(self._state_file, w.instance)
+            elif self.config is not None:  # DynamoDB: its probe leases, off this loop
+                run_config, _ = keep_store(self.config, self._store)
+                threading.Thread(target=give_back_probes, args=(run_config, w.instance),
+                                 name="humpyard-give-back", daemon=True).start()
             if now - w.started < STABLE_SECS:
                 w.backoff = min(w.backoff * 2, MAX_RESTART_BACKOFF_SECS)
             else:
