@@ -30,11 +30,13 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from humpyard.errors import HumpyardError, UpstreamError
+from humpyard.jsonfast import dumps_text
 from humpyard.ledger.decision import build_decision, stream_usage, token_counts
 from humpyard.ledger.periods import period_key
 from humpyard.logsink import info_line
 from humpyard.metrics.translation import note_kind
-from humpyard.planning.estimate import relayed_text_bytes
+from humpyard.planning.estimate import relayed_text_bytes, relayed_text_bytes_raw
+from humpyard.planning.policy import output_bound
 from humpyard.planning.types import Plan
 from humpyard.records import Call, Served, new_request_id
 from humpyard.services import RequestServices
@@ -161,17 +163,44 @@ class Recording:
 
     def _usage(self) -> tuple[dict[str, int] | None, bool]:
         """The answer's usage, and whether it is estimated: a stream that did not
-        reach its end, or ended without usage, is charged what it relayed."""
+        reach its end, or ended without usage, is charged what it relayed; a buffered
+        answer without usage, the text it holds (it used to cost nothing)."""
         served = self.served
         if served is None:
             return None, False
-        if served.events is None or (self.finished and served.usage):
+        if served.events is None:
+            if _counted(served.usage):
+                return served.usage, False
+            return self._estimate(served, _answer_text_bytes(served)), True
+        if self.finished and served.usage:
             return served.usage, False
+        return self._estimate(served, self.relayed), True
+
+    def _estimate(self, served: Served, text_bytes: int) -> dict[str, int]:
         call = self.call
         prompt = call.plan.prompt_tokens if call.plan is not None else None
         if prompt is None and call.facts is not None:
             prompt = call.facts.prompt_tokens
-        return stream_usage(served.usage, prompt or 0, self.relayed), True
+        bound = output_bound(served.endpoint, call.facts.max_tokens) \
+            if call.facts is not None and call.facts.max_tokens is not None else None
+        return stream_usage(served.usage, prompt or 0, text_bytes, bound)
+
+
+def _counted(usage: dict[str, int]) -> bool:
+    """The upstream counted the answer's tokens (an answer with none stated, or every
+    count 0, is one it did not: a prompt is never 0 tokens)."""
+    got = token_counts(usage) if usage else None
+    return got is not None and (got.input > 0 or got.output > 0)
+
+
+def _answer_text_bytes(served: Served) -> int:
+    """About how many bytes of answer text a buffered answer holds (as a stream's
+    relayed text is counted: ``planning.estimate``)."""
+    if served.body_bytes is not None:
+        return relayed_text_bytes_raw(served.body_bytes)
+    if served.body is not None:
+        return relayed_text_bytes(dumps_text(served.body))
+    return 0
 
 
 def recording(gw: RequestServices, call: Call) -> Recording:

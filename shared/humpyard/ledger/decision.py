@@ -48,16 +48,21 @@ def token_counts(usage: Mapping[str, Any]) -> Tokens:
 
 
 def stream_usage(usage: Mapping[str, Any], prompt_estimate: int,
-                 relayed_bytes: int) -> dict[str, int]:
-    """The usage charged for a stream that ended without its final usage (the client
-    left, the stream broke, the upstream never sent it): the upstream's own counts
-    where it gave them (an Anthropic stream states its prompt first), else the
-    prompt estimate, and at least the relayed text's tokens as output
-    (``planning.estimate.output_tokens_for``)."""
+                 relayed_bytes: int, max_output: int | None = None) -> dict[str, int]:
+    """The usage charged for an answer without its usage (a stream the client left,
+    that broke or whose upstream never sent it; a buffered answer without it): the
+    upstream's own counts where it gave them (an Anthropic stream states its prompt
+    first), else the prompt estimate, and at least the relayed text's tokens as
+    output (``planning.estimate.output_tokens_for``), that estimate at most
+    ``max_output`` (the output bound the request reserved its worst case with:
+    the estimate errs high, never past what the answer could have been)."""
     got = token_counts(usage)
+    guess = output_tokens_for(relayed_bytes)
+    if max_output is not None:
+        guess = min(guess, max_output)
     out: dict[str, int] = {
         "prompt_tokens": got.input or max(0, prompt_estimate),
-        "completion_tokens": max(got.output, output_tokens_for(relayed_bytes)),
+        "completion_tokens": max(got.output, guess),
     }
     if got.cache_read:
         out["cache_read_input_tokens"] = got.cache_read
