@@ -124,11 +124,17 @@ async def _reserve(gw: RequestServices, call: Call, hold: Hold, facts: RequestFa
             return
     except BudgetUnknown as e:
         unknown = e
-    spent = replace(snapshot, spend_usd={**snapshot.spend_usd, key.id: key.budget.usd})
+    # No room left anywhere: what the key spent stays as read, the rest is held by
+    # requests in flight (here and on other processes), so a refusal says so and the
+    # decision lists the budget's removals.
+    spent = snapshot.spend_usd.get(key.id, 0.0)
+    held = replace(snapshot, reserved_usd={
+        **snapshot.reserved_usd, key.id: max(key.budget.usd - spent, 0.0)})
     try:
-        call.plan = make_plan(facts, spent, call.config, call.ts, gw.rng, policy=gw.policy,
+        call.plan = make_plan(facts, held, call.config, call.ts, gw.rng, policy=gw.policy,
                               route_rngs=gw.route_rngs)
-    except BudgetExhausted:
+    except BudgetExhausted as e:
+        call.plan = getattr(e, "plan", None) or call.plan
         if unknown is not None:
             raise unknown from None
         raise

@@ -121,6 +121,29 @@ def test_concurrent_requests_spend_at_most_the_budget_plus_one_request(n):
         assert e["message"] == now.json()["error"]["message"]  # explain agrees
 
 
+def test_a_refusal_for_want_of_room_says_what_was_spent_and_lists_the_removal():
+    """Requests refused because the budget's room was reserved by requests in flight
+    (planned on a spend of $0, refused when their own reservation failed) said "has
+    spent $0.01 of $0.01" with nothing reserved, and their decisions listed no
+    removal: they were planned again as if the key had spent its whole budget. They
+    now say what was spent and what is held, and list the budget's removal."""
+    with FakeUpstream(default=Delay(0.5, ok("answer", usage=USAGE))) as paid, \
+            running_gateway(cfg(paid.url), env=ENV, admin_key="admin-secret") as gw:
+        answers = burst(gw.url, 12)
+        refused = [r for r in answers if r.status_code == 429]
+        assert len(refused) == 11, [r.status_code for r in answers]
+        for r in refused:  # the one served was in flight: nothing was spent yet
+            message = r.json()["error"]["message"]
+            assert "key 'dev' has spent $0.00 of $0.01 this day, $0.0" in message, message
+            assert "is reserved by requests in flight, and this request may cost up to $" \
+                in message, message
+        gw.recorded(12)
+        budget = [d for d in gw.decisions(limit=100) if d["outcome"] == "budget_exhausted"]
+    assert len(budget) == 11
+    assert all(d["policy_removed"] == [{"target": "paid", "reason": "budget_exhausted"}]
+               for d in budget), budget[0]["policy_removed"]
+
+
 def test_a_reservation_is_given_back_when_the_request_fails():
     """A failed request costs nothing: its reservation returns and the next one fits."""
     with FakeUpstream() as paid, \
