@@ -76,8 +76,11 @@ class LimitState:
     now: float
 
     def to_dict(self) -> dict[str, object]:
-        return {"rpm_limit": self.rpm_limit, "requests_remaining": self.requests_left,
-                "tpm_limit": self.tpm_limit, "tokens_remaining": self.tokens_left,
+        """Explain's ``limits``: a remainder is None where its limit is not set."""
+        return {"rpm_limit": self.rpm_limit,
+                "requests_remaining": None if self.rpm_limit is None else self.requests_left,
+                "tpm_limit": self.tpm_limit,
+                "tokens_remaining": None if self.tpm_limit is None else self.tokens_left,
                 "max_parallel_requests": self.parallel_limit, "in_flight": self.in_flight,
                 "window": "fixed_minute", "resets_at": _rfc3339(self.reset_at),
                 "reset_secs": _ceil(self.reset_at - self.now)}

@@ -95,3 +95,13 @@ def test_headers_name_only_the_configured_limits():
     _, state = a.admit(key(max_parallel_requests=3), 0, START)
     assert limit_headers(state, "openai") == {}
     assert limit_headers(None, "openai") == {}
+
+
+def test_a_remainder_is_null_where_its_limit_is_not_set():
+    """Explain's ``limits`` said ``tokens_remaining: 0`` for a key with no ``tpm_limit``,
+    which reads as none left."""
+    a = Allowance()
+    shown = a.state(key(rpm_limit=5), START).to_dict()
+    assert shown["requests_remaining"] == 5 and shown["tokens_remaining"] is None
+    shown = a.state(key(tpm_limit=100), START).to_dict()
+    assert shown["requests_remaining"] is None and shown["tokens_remaining"] == 100

@@ -39,3 +39,12 @@ def test_undeclared_cache_prices_cost_the_input_price():
 def test_a_free_cache_read_is_free():
     ep = EndpointSpec("p", "m", price_input=1, price_output=1, price_cache_read=0)
     assert ep.cost_usd(100, 0, 100, 0) == 0
+
+
+def test_counts_sent_as_floats_are_counted_not_dropped():
+    """An upstream that sent ``100.7`` prompt tokens was charged nothing: a float count
+    read as 0. A finite positive float now counts, rounded up."""
+    assert token_counts({"prompt_tokens": 100.7, "completion_tokens": 20.0}) == \
+        Tokens(101, 20, 0, 0)
+    for bad in (float("nan"), float("inf"), -3.0, "12"):
+        assert token_counts({"prompt_tokens": bad, "completion_tokens": 1}).input == 0

@@ -8,6 +8,7 @@ key ids only, never a key or a prompt.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -29,7 +30,15 @@ class Tokens(NamedTuple):
 
 
 def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    """A token count as an upstream stated it: a positive int, or a finite positive
+    number sent as a float (``100.0``, rounded up: a count errs high), else 0."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value if value > 0 else 0
+    if isinstance(value, float) and math.isfinite(value) and value > 0:
+        return math.ceil(value)
+    return 0
 
 
 def token_counts(usage: Mapping[str, Any]) -> Tokens:

@@ -110,7 +110,7 @@ def _budget(cc: CompiledConfig, facts: RequestFacts,
         return None
     spent = snapshot.spend_usd.get(key.id, 0.0)
     reserved = snapshot.reserved_usd.get(key.id, 0.0)
-    return {"usd": key.budget.usd, "spent_usd": spent, "period": key.budget.period,
+    return {"usd": key.budget.usd, "spent_usd": round(spent, 8), "period": key.budget.period,
             "exhausted": spent >= key.budget.usd, "reserved_usd": round(reserved, 8),
             "left_usd": round(max(0.0, key.budget.usd - spent - reserved), 8)}
 
