@@ -217,13 +217,15 @@ def recording(gw: RequestServices, call: Call) -> Recording:
     return Recording(gw, call)
 
 
-def record_refusal(gw: RequestServices, error: HumpyardError, protocol: str = "http") -> None:
+def record_refusal(gw: RequestServices, error: HumpyardError, protocol: str = "http") -> str:
     """Record a request refused before any client path took it (an unknown path, a
-    Lambda function's boundary): counted, and written within ``refused_per_minute``."""
+    Lambda function's boundary): counted, and written within ``refused_per_minute``.
+    Its request id, for the answer's ``x-humpyard-request-id``."""
     now = gw.clock.now()
     call = Call(request_id=new_request_id(now), config=gw.config, key=None, headers={},
                 body={}, protocol=protocol, ts=now)
     Recording(gw, call).close(status=error.status, error=error)
+    return call.request_id
 
 
 def _write(gw: RequestServices, call: Call, status: int, served: Served | None,

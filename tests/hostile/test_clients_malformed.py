@@ -154,3 +154,30 @@ def test_a_version_other_than_http_1_is_refused_and_1_0_needs_no_host(tmp_path: 
     for name in served:
         assert answers[name].startswith(b"HTTP/1.1 200 "), (name, answers[name][:300])
     assert series == {'{reason="malformed"}': len(versions)}, series
+
+
+def test_a_refusal_before_any_route_names_its_decision_and_speaks_the_paths_protocol(
+        tmp_path: Path) -> None:
+    """A 404 or 405 was recorded under a request id its answer did not carry (every
+    other answer carries ``x-humpyard-request-id``); on ``/v1/messages`` it came in
+    OpenAI's error shape; and ``GET /v1/models/`` was answered as the model ``''``
+    instead of naming ``/v1/models``."""
+    import httpx
+    with serving(tmp_path) as (gw, _), httpx.Client(base_url=gw.url, timeout=10) as c:
+        answers = [c.get("/v1/nothing"), c.put("/v1/chat/completions"),
+                   c.put("/v1/messages"), c.post("/v1/messages/batches", json={})]
+        slash = c.get("/v1/models/")
+        listed = {d["request_id"] for d in c.get(
+            "/v1/decisions", params={"limit": 100}).json()["decisions"]}
+    for r in answers:
+        assert r.headers.get("x-humpyard-request-id") in listed, (r.status_code, r.headers)
+    assert [r.status_code for r in answers] == [404, 405, 405, 404]
+    assert answers[1].json()["error"]["code"] == "method_not_allowed"
+    for r in answers[2:]:  # Anthropic's shape, as every other answer there
+        body = r.json()
+        assert body["type"] == "error" and body["error"]["type"] == "not_found_error" \
+            if r.status_code == 404 else body["type"] == "error", body
+        assert "message" in body["error"]
+    assert slash.status_code == 404
+    assert slash.json()["error"]["message"] == (
+        "no such path: GET /v1/models/ (did you mean /v1/models?)")

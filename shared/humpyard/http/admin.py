@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
@@ -104,9 +105,11 @@ async def model(request: Request) -> Response:
     """``GET /v1/models/{model_id}``: one route or bare target the calling key may use;
     404 ``unknown_model`` for any other name (one the key may not use included, so
     a key learns nothing about routes it cannot call)."""
+    asked = request.path_params["model_id"]
+    if not asked:  # ``/v1/models/``: a path, answered as any other unknown one (app.py)
+        raise HTTPException(404)
     key = require_key(request)
     gw = gateway(request)
-    asked = request.path_params["model_id"]
     name = requested_route(asked, gw.config.routes)
     route = gw.config.routes.get(name)
     if route is None or (key is not None and not key.may_use(name)):

@@ -100,8 +100,19 @@ async def not_found(request: Request, exc: Exception) -> Response:
     hint = f" (did you mean {meant}?)" if meant else ""
     err = HumpyardError(f"no such path: {request.method} {path}{hint}", status=404,
                         code="not_found")
-    record_refusal(request.app.state.gateway.services, err)
-    return error_response(err)
+    rid = record_refusal(request.app.state.gateway.services, err)
+    return error_response(err, shape=_shape(request), headers={"x-humpyard-request-id": rid})
+
+
+def _shape(request: Request) -> str:
+    """The error shape of the protocol whose paths ``request`` is on (Anthropic's under
+    ``/v1/messages``, the Responses API's under ``/v1/responses``), else OpenAI's."""
+    path = request.scope["path"]
+    if path.startswith("/v1/messages"):
+        return "anthropic"
+    if path.startswith("/v1/responses"):
+        return "responses"
+    return "openai"
 
 
 def _meant(request: Request) -> str | None:
@@ -128,8 +139,9 @@ async def method_not_allowed(request: Request, exc: Exception) -> Response:
                       for method in route.methods})
     err = HumpyardError(f"method {request.method} is not allowed on {request.url.path}",
                         status=405, code="method_not_allowed")
-    record_refusal(request.app.state.gateway.services, err)  # as a 404 is
-    return error_response(err, headers={"allow": ", ".join(allowed)})
+    rid = record_refusal(request.app.state.gateway.services, err)  # as a 404 is
+    return error_response(err, shape=_shape(request), headers={
+        "allow": ", ".join(allowed), "x-humpyard-request-id": rid})
 
 
 def create_app(config: Config, store: Store | None = None,

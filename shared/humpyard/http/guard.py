@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -60,12 +61,16 @@ def scope(key: KeySpec | None) -> str | None:
 
 
 def guarded(fn: Handler) -> Handler:
-    """``fn`` with humpyard errors answered in OpenAI's error shape."""
+    """``fn`` with humpyard errors answered in OpenAI's error shape; Starlette's
+    ``HTTPException`` goes on to the app's handlers (``http/app.py``: a 404 there
+    names the path meant)."""
     async def wrapper(request: Request) -> Response:
         try:
             return await fn(request)
         except HumpyardError as e:
             return error_response(e)
+        except HTTPException:
+            raise
         except Exception as e:  # noqa: BLE001 - a 500 with the trace in the log
             return internal_error(e)
     wrapper.__name__ = fn.__name__
