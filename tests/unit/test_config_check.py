@@ -241,3 +241,24 @@ def test_inf_and_nan_are_no_setting(tmp_path, capsys):
     assert "targets.small.endpoints[0].price.output: Input should be a finite number" in err
     assert "keys.k.budget.usd: Input should be a finite number (got inf)" in err
     assert "overrides.default_secs:" in err and "nan" in err
+
+
+def test_two_keys_with_one_secret_are_refused_without_saying_it():
+    """Two key ids with the same secret were accepted: every request was the first's,
+    and the second's routes, budget and limits never applied."""
+    text = ('[providers.p]\nbase_url = "http://127.0.0.1:9/v1"\n'
+            '[targets.t]\nendpoints = [{ provider = "p", model = "m" }]\n'
+            '[keys.admin]\nkey_env = "A"\nadmin = true\n'
+            '[keys.user]\nkey_env = "U"\nallowed_routes = ["t"]\n'
+            f'[keys.ci]\nkey_sha256 = "{"ab" * 32}"\n[keys.bot]\nkey_sha256 = "{"ab" * 32}"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_config_text(text, env={"A": "sk-same-secret-1", "U": "sk-same-secret-1"})
+    said = str(caught.value)
+    assert "keys.user: the same secret as keys.admin; each key needs a secret of its own" \
+        in said
+    assert "keys.bot: the same secret as keys.ci" in said
+    assert "sk-same" not in said and "abab" not in said
+    assert load_config_text(text.replace(f'"{"ab" * 32}"\n[keys.bot]', f'"{"cd" * 32}"\n'
+                                         '[keys.bot]', 1),
+                            env={"A": "sk-1", "U": "sk-2"}).keys.keys() == {
+        "admin", "user", "ci", "bot"}

@@ -273,6 +273,7 @@ def _keys(raw: RawConfig, routes: Mapping[str, RouteSpec], env: Mapping[str, str
           errors: list[str], known: Salvage, *, unset: list[str]) -> dict[str, KeySpec]:
     """The client keys; an unset ``key_env`` goes to ``unset`` (errors or warnings)."""
     out: dict[str, KeySpec] = {}
+    owner: dict[bytes, str] = {}  # digest -> the first key id that has it
     for kid, k in raw.keys.items():
         for i, r in enumerate(k.allowed_routes or []):
             if not route_known(r, routes, known):
@@ -289,6 +290,13 @@ def _keys(raw: RawConfig, routes: Mapping[str, RouteSpec], env: Mapping[str, str
             digest = hashlib.sha256(value.encode()).digest()
         else:
             digest = bytes.fromhex(k.key_sha256 or "")
+        first = owner.setdefault(digest, kid)
+        if first != kid and digest:
+            # one secret, two identities: every request would be the first's, and the
+            # second's routes, budget and limits would never apply (nothing secret said)
+            errors.append(f"{path('keys', kid)}: the same secret as {path('keys', first)}; "
+                          "each key needs a secret of its own")
+            continue
         out[kid] = KeySpec(
             id=kid, digest=digest,
             allowed_routes=frozenset(k.allowed_routes) if k.allowed_routes is not None else None,
