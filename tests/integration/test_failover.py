@@ -121,6 +121,9 @@ def test_request_errors_stop_at_once(ups, code):
         r = chat(gw.url)
     assert r.status_code == code
     assert r.json()["error"]["message"] == "bad field foo"
+    # relayed: the type its status has at OpenAI (it was api_error for every status)
+    assert r.json()["error"]["type"] == "invalid_request_error"
+    assert r.json()["error"]["code"] == "upstream_error"
     assert c.requests == [] and b.requests == []
 
 
@@ -180,6 +183,7 @@ def test_last_stated_retry_time_is_passed_to_the_client(ups):
     with running_gateway(two_targets(a.url, b.url, route_extra="fallback_on = []")) as gw:
         r = chat(gw.url)
     assert r.status_code == 429 and r.headers["retry-after"] == "8"
+    assert r.json()["error"]["type"] == "rate_limit_error"  # as the gateway's own 429s
 
 
 def test_fallback_on_empty_turns_target_fallback_off(ups):

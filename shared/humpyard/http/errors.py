@@ -13,12 +13,13 @@ import math
 
 from starlette.responses import Response
 
-from humpyard.errors import HumpyardError
+from humpyard.errors import HumpyardError, UpstreamError
 from humpyard.http.reply import Reply
 from humpyard.protocols.anthropic import error_body as anthropic_error_body
 from humpyard.protocols.bedrock_client import error_body as bedrock_error_body
 from humpyard.protocols.bedrock_client import error_type as bedrock_error_type
 from humpyard.protocols.responses import error_body as responses_error_body
+from humpyard.protocols.responses import error_type_for
 
 log = logging.getLogger("humpyard.http")
 
@@ -49,7 +50,10 @@ def error_reply(err: HumpyardError, *, shape: str = "openai",
     elif shape == "responses":
         body = responses_error_body(err.status, err.message, code=err.code)
     else:
-        body = {"error": {"message": err.message, "type": err.type, "code": err.code}}
+        # an upstream's error relayed: the type its status has at OpenAI (a relayed 429
+        # is a rate_limit_error, as the gateway's own are), the code saying whose it is
+        kind = error_type_for(err.status) if isinstance(err, UpstreamError) else err.type
+        body = {"error": {"message": err.message, "type": kind, "code": err.code}}
     return json_reply(body, err.status, headers)
 
 
