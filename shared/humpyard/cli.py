@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from humpyard.cli_args import CANNOT_LISTEN, count, header, level, port, unresolved
 from humpyard.errors import ConfigError
 
 log = logging.getLogger("humpyard")
@@ -29,18 +30,35 @@ def cmd_check(args: argparse.Namespace) -> int:
     for w in cfg.warnings:
         print(f"warning: {w}", file=sys.stderr)
     explicit = sum(1 for r in cfg.routes.values() if not r.implicit)
+    # cfg.keys holds only the keys serve could check (key_env set); the file declares more
+    declared = len(cfg.public.get("keys", {}))
+    unset = declared - len(cfg.keys)
+    keys = f"{declared} keys" + (f" ({unset} without their variable: serve refuses to start)"
+                                 if unset else "")
     print(f"ok: {len(cfg.providers)} providers, {len(cfg.targets)} targets, {explicit} routes, "
-          f"{len(cfg.select)} selector rules, {len(cfg.keys)} keys")
+          f"{len(cfg.select)} selector rules, {keys}")
     return 0
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    """Exit 2 for a ``--key`` the file does not declare; a declared key whose variable is
+    unset here is explained with its rules all the same (explain needs only its id)."""
     from humpyard.clock import SystemClock
     from humpyard.config import load_config
     from humpyard.planning.explain import explain
     from humpyard.planning.types import RequestFacts, StateSnapshot
     try:  # offline: no key value is needed to explain a plan
         cfg = load_config(args.config, unset_env="check")
+        if args.key is not None:
+            declared = cfg.public.get("keys", {})
+            if args.key not in declared:
+                known = ", ".join(sorted(declared)) or "none"
+                print(f"humpyard explain: error: argument --key: {args.config} declares no "
+                      f"key {args.key!r} (its keys: {known})", file=sys.stderr)
+                return 2
+            if args.key not in cfg.keys:  # its key_env is unset: its rules still apply
+                env = {**os.environ, declared[args.key]["key_env"]: "explain"}
+                cfg = load_config(args.config, env, unset_env="check")
     except ConfigError as e:
         print(e, file=sys.stderr)
         return 1
@@ -74,6 +92,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                               serve_args=("--log-format", args.log_format)).run()
         except KeyboardInterrupt:  # a second signal while it was starting
             return 0
+    if args.worker_fd is None and (problem := unresolved(args.host, args.port)):
+        print(problem, file=sys.stderr)  # uvicorn's own line would not name the host
+        return CANNOT_LISTEN
     if args.worker_fd is not None:
         # A worker still starting reads the file as it is; a SIGHUP the parent sends
         # meanwhile must not end it (serve takes SIGHUP over once it serves).
@@ -98,6 +119,9 @@ def cmd_console(args: argparse.Namespace) -> int:
     hold_stop_signals()  # as for serve
 
     from humpyard.serving import run_loop, serve
+    if problem := unresolved(args.host, args.port):
+        print(problem, file=sys.stderr)  # as for serve
+        return CANNOT_LISTEN
     try:
         store = None
         if args.stack:
@@ -167,6 +191,7 @@ demo, prices.
 
 Run "humpyard COMMAND --help" for a command's flags."""
 
+PORT_HELP = "the port to listen on, 0 to 65535 (0: a free one, which the log names)"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMATS = ("text", "json")
 
@@ -216,21 +241,10 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-def _level(value: str) -> str:
-    return value.upper()
-
-
-def _header(value: str) -> tuple[str, str]:
-    name, sep, rest = value.partition("=")
-    if not sep or not name.strip():
-        raise argparse.ArgumentTypeError(f"want NAME=VALUE, got {value!r}")
-    return name.strip(), rest
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="humpyard", description=DESCRIPTION)
     p.add_argument("--version", action=_VersionAction, help="print the version and exit")
-    p.add_argument("--log-level", default="INFO", type=_level, choices=LOG_LEVELS,
+    p.add_argument("--log-level", default="INFO", type=level, choices=LOG_LEVELS,
                    metavar="LEVEL",
                    help=f"log threshold, one of {', '.join(LOG_LEVELS)} (any case)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
@@ -241,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--config", required=True, metavar="FILE",
                    help="the configuration file (TOML)")
     s.add_argument("--host", default="127.0.0.1", help="the address to listen on")
-    s.add_argument("--port", type=int, default=8080, help="the port to listen on")
+    s.add_argument("--port", type=port, default=8080, help=PORT_HELP)
     s.add_argument("--log-format", default="text", choices=LOG_FORMATS,
                    help="text: one human-readable line per record; json: one JSON object "
                         "per line, the fields of the Lambda log lines (docs/operations.md)")
@@ -274,9 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the configuration file (TOML)")
     e.add_argument("--model", required=True, help="the model the client asks for")
     e.add_argument("--key", default=None, help="the key id to explain for (none: no key)")
-    e.add_argument("--header", action="append", metavar="NAME=VALUE", type=_header,
+    e.add_argument("--header", action="append", metavar="NAME=VALUE", type=header,
                    help="a request header; repeat for more")
-    e.add_argument("--prompt-tokens", type=int, default=None, metavar="N",
+    e.add_argument("--prompt-tokens", type=count, default=None, metavar="N",
                    help="the prompt's size in tokens (none: unknown)")
     for flag, what in (("stream", "the request streams"), ("tools", "the request has tools"),
                        ("images", "the request has images"),
@@ -298,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the stack's and tables' region (none: [store] region, else the "
                          "AWS environment's)")
     co.add_argument("--host", default="127.0.0.1", help="the address to listen on")
-    co.add_argument("--port", type=int, default=8080, help="the port to listen on")
+    co.add_argument("--port", type=port, default=8080, help=PORT_HELP)
     co.set_defaults(fn=cmd_console, log_format="text")
     st = sub.add_parser("store", help="manage the store [store] names")
     sts = st.add_subparsers(dest="store_command", required=True, metavar="COMMAND",
@@ -310,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     ct.set_defaults(fn=cmd_store)
     m = sub.add_parser("simulate", help="run a simulated OpenAI-compatible provider")
     m.add_argument("--host", default="127.0.0.1", help="the address to listen on")
-    m.add_argument("--port", type=int, default=9001, help="the port to listen on")
+    m.add_argument("--port", type=port, default=9001, help=PORT_HELP)
     m.add_argument("--profile", default="ok", choices=["ok", "slow", "flaky", "down", "zero"],
                    help="how the provider behaves")
     m.add_argument("--delay-ms", type=float, default=0, metavar="MS",
@@ -322,7 +336,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--config", default=None, metavar="FILE",
                    help="the configuration (none: examples/demo.toml)")
     d.add_argument("--host", default="127.0.0.1", help="the gateway's address")
-    d.add_argument("--port", type=int, default=8080, help="the gateway's port")
+    d.add_argument("--port", type=port, default=8080,
+                   help="the gateway's port, 0 to 65535 (0: a free one, which the banner names)")
     d.add_argument("--sim-ports", default="0,0,0", metavar="STEADY,FLAKY,SLOW",
                    help="the simulated providers' ports on 127.0.0.1; 0 picks a free one "
                         "(the banner prints them)")

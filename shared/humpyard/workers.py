@@ -75,6 +75,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from humpyard.cli_args import CANNOT_LISTEN, cannot_listen
 from humpyard.config import load_config
 from humpyard.config.files import ConfigFiles
 from humpyard.config.spec import Config, ServerSpec
@@ -122,13 +123,19 @@ def worker_count(value: str) -> int:
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
-    """A bound, listening TCP socket the workers inherit."""
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    """A bound, listening TCP socket the workers inherit; ``OSError`` (``socket.gaierror``
+    for a host that does not resolve) with nothing left open when it cannot be had. An
+    empty host is every interface, as for one process (asyncio's ``create_server``)."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, kind, proto, _, addr = infos[0]
     sock = socket.socket(family, kind, proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(addr)
-    sock.listen(BACKLOG)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(BACKLOG)
+    except OSError:
+        sock.close()
+        raise
     sock.set_inheritable(True)
     return sock
 
@@ -201,7 +208,7 @@ class Supervisor:
                  extra={"worker": w.index, "pid": w.proc.pid})
 
     def run(self) -> int:
-        """Serve until SIGTERM or SIGINT; 0 then, 1 when the configuration is bad."""
+        """Serve until SIGTERM or SIGINT: 0; a bad configuration: 1; no address: 3."""
         try:
             files = ConfigFiles()
             self._watch.mark(())  # taken first: an edit after it is reloaded, not missed
@@ -223,11 +230,16 @@ class Supervisor:
                 log.info("no ledger configured: the workers share a state file of their own "
                          "for this run, removed at exit (%s); overrides are refused and only "
                          "the newest decisions are kept, as in one process", self.run_dir.state)
-            self.sock = listening_socket(self.host, self.port)
-        except (HumpyardError, OSError) as e:  # a bad file, an unwritable ledger, a taken port
+        except (HumpyardError, OSError) as e:  # a bad file, an unwritable ledger
             print(e, file=sys.stderr)
             self._close_run_dir()
             return 1
+        try:
+            self.sock = listening_socket(self.host, self.port)
+        except OSError as e:  # a taken port, a host that does not resolve
+            print(cannot_listen(self.host, self.port, e), file=sys.stderr)
+            self._close_run_dir()
+            return CANNOT_LISTEN
         signal.signal(signal.SIGTERM, self._on_stop)
         signal.signal(signal.SIGINT, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_hup)

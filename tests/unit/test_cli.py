@@ -192,3 +192,70 @@ def test_readme_starts_with_make_run_and_make_test_and_names_the_venv_command():
     assert ".venv/bin/humpyard" in text
     makefile = (ROOT / "Makefile").read_text()
     assert "$(VENV)/bin/humpyard demo" in makefile  # what make run starts, from .venv
+
+
+# -- check and explain: the keys a file declares ------------------------------------
+
+KEYS_TOML = """
+[providers.t]
+base_url = "http://127.0.0.1:9/v1"
+[targets.t]
+endpoints = [{ provider = "t", model = "m" }]
+[targets.u]
+endpoints = [{ provider = "t", model = "n" }]
+[keys.a]
+key_env = "HY_TEST_KEY_A"
+[keys.b]
+key_env = "HY_TEST_KEY_B"
+allowed_routes = ["t"]
+"""
+
+
+@pytest.mark.parametrize("env,said", [
+    ({}, "2 keys (2 without their variable: serve refuses to start)"),
+    ({"HY_TEST_KEY_A": "a-secret"}, "2 keys (1 without their variable: serve refuses to start)"),
+    ({"HY_TEST_KEY_A": "a-secret", "HY_TEST_KEY_B": "b-secret"}, "2 keys"),
+])
+def test_check_counts_the_declared_keys_and_those_without_their_variable(env, said, tmp_path):
+    path = tmp_path / "humpyard.toml"
+    path.write_text(KEYS_TOML)
+    r = humpyard("check", "--config", str(path), env=scrubbed_env(**env))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.rstrip().endswith(f"selector rules, {said}"), r.stdout
+
+
+@pytest.mark.parametrize("value", ["-5", "many"])
+def test_explain_refuses_a_prompt_size_the_http_explain_refuses(value):
+    r = humpyard("explain", "--config", "examples/auto-routing.toml", "--model", "auto",
+                 "--prompt-tokens", value)
+    assert r.returncode == 2, r.stdout
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert "--prompt-tokens" in lines[0] and "non-negative integer" in lines[0]
+    assert r.stdout == ""
+
+
+def test_explain_refuses_a_key_the_file_does_not_declare_naming_those_it_does(tmp_path):
+    path = tmp_path / "humpyard.toml"
+    path.write_text(KEYS_TOML)
+    r = humpyard("explain", "--config", str(path), "--model", "t", "--key", "nokey",
+                 env=scrubbed_env(HY_TEST_KEY_A="a-secret"))
+    assert r.returncode == 2, r.stdout
+    assert r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert "--key" in lines[0] and "'nokey'" in lines[0] and "a, b" in lines[0]
+    assert "a-secret" not in r.stderr
+
+
+def test_explain_applies_a_declared_keys_rules_without_its_variable(tmp_path):
+    """Offline, no key value is needed: a key whose variable is unset here is still
+    the key the gateway would know, with its allowed_routes."""
+    import json
+    path = tmp_path / "humpyard.toml"
+    path.write_text(KEYS_TOML)
+    r = humpyard("explain", "--config", str(path), "--model", "u", "--key", "b")
+    assert r.returncode == 0, r.stderr
+    answer = json.loads(r.stdout)
+    assert answer["outcome"] == "forbidden", answer
+    assert answer["message"] == "key 'b' may not use route 'u'"
