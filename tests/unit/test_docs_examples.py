@@ -15,9 +15,10 @@ from humpyard.config import load_config, load_config_text
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"```toml\n(.*?)```", re.S)
-ENV = {k: "x" for k in ("OPENROUTER_API_KEY", "GROQ_API_KEY", "OPENAI_API_KEY", "HUMPYARD_KEY",
-                        "HARNESS_KEY", "CI_KEY", "PUBLIC_API_KEY", "PAID_API_KEY",
-                        "OPENCODE_API_KEY")}
+# a value of its own each: two client keys with one secret are refused
+ENV = {k: f"x-{k.lower()}" for k in (
+    "OPENROUTER_API_KEY", "GROQ_API_KEY", "OPENAI_API_KEY", "HUMPYARD_KEY", "HARNESS_KEY",
+    "CI_KEY", "PUBLIC_API_KEY", "PAID_API_KEY", "OPENCODE_API_KEY")}
 
 
 def blocks() -> list[tuple[str, int, str]]:

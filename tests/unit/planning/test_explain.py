@@ -28,7 +28,7 @@ def config() -> str:
             + '[[select]]\nname = "deep"\nwhen = { profile = "deep" }\nroute = "paid-only"\n'
             + '[[select]]\nwhen = { tools = true, model = "mixed" }\nroute = "strict"\n'
             + f'[keys.k]\nkey_sha256 = "{KEY}"\nbudget = {{ usd = 5.0, period = "month" }}\n'
-            + f'[keys.narrow]\nkey_sha256 = "{KEY}"\nallowed_routes = ["mixed"]\n')
+            + f'[keys.narrow]\nkey_sha256 = "{"1" * 64}"\nallowed_routes = ["mixed"]\n')
 
 
 def ex(model: str, s: StateSnapshot | None = None, **kw: object) -> dict:

@@ -12,9 +12,9 @@ KEYS = """
 [keys.ci-main]
 key_sha256 = "{h}"
 [keys.dev]
-key_sha256 = "{h}"
+key_sha256 = "{h2}"
 allowed_routes = ["r", "x"]
-""".format(h="0" * 64)
+""".format(h="0" * 64, h2="1" * 64)  # a secret each: one shared by two keys is refused
 
 
 def rules(*blocks: str, keys: str = "") -> Config:
