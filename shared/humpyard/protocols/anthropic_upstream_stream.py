@@ -49,6 +49,7 @@ class ChunkTranslator:
         self._include_usage = include_usage
         self._usage: dict[str, Any] = {}
         self._tool_index: dict[int, int] = {}  # Anthropic block index -> tool call index
+        self._argued: set[int] = set()  # tool call indexes some arguments went out for
         self.done = False
 
     @property
@@ -72,6 +73,8 @@ class ChunkTranslator:
             return self._block_start(data)
         if kind == "content_block_delta":
             return self._block_delta(data)
+        if kind == "content_block_stop":
+            return self._block_stop(data)
         if kind == "message_delta":
             return self._message_delta(data)
         if kind == "message_stop":
@@ -88,7 +91,7 @@ class ChunkTranslator:
             return [{"error": {"message": str(error.get("message") or "upstream error"),
                                "type": str(error.get("type") or "api_error"),
                                "code": error.get("type")}}]
-        return []  # ping, content_block_stop and events added later
+        return []  # ping and events added later
 
     def _start(self, message: Any) -> list[dict]:
         message = message if isinstance(message, dict) else {}
@@ -109,6 +112,8 @@ class ChunkTranslator:
         self._tool_index[_int(data.get("index"))] = index
         initial = block.get("input")
         arguments = json.dumps(initial) if isinstance(initial, dict) and initial else ""
+        if arguments:
+            self._argued.add(index)
         return [self._chunk({"tool_calls": [{
             "index": index, "id": str(block.get("id") or f"toolu_{index}"), "type": "function",
             "function": {"name": str(block.get("name") or ""), "arguments": arguments}}]})]
@@ -126,9 +131,20 @@ class ChunkTranslator:
             index = self._tool_index.get(_int(data.get("index")))
             if index is None or not delta["partial_json"]:
                 return []
+            self._argued.add(index)
             return [self._chunk({"tool_calls": [{
                 "index": index, "function": {"arguments": delta["partial_json"]}}]})]
         return []  # signature_delta, citations_delta: nothing chat can carry
+
+    def _block_stop(self, data: dict) -> list[dict]:
+        """A tool call that ended with no argument sent (a tool without input: Anthropic
+        streams ``{}`` as an empty ``partial_json``) gets ``{}``, as a buffered answer's
+        does: its arguments were ``""``, which is no JSON a client can parse."""
+        index = self._tool_index.get(_int(data.get("index")))
+        if index is None or index in self._argued:
+            return []
+        self._argued.add(index)
+        return [self._chunk({"tool_calls": [{"index": index, "function": {"arguments": "{}"}}]})]
 
     def _message_delta(self, data: dict) -> list[dict]:
         if isinstance(data.get("usage"), dict):

@@ -333,3 +333,26 @@ def test_cache_counts_survive_the_way_back_to_anthropic_clients():
     original = {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 100,
                 "cache_creation_input_tokens": 20}
     assert encode_usage(chat_usage(original)) == original
+
+
+@pytest.mark.parametrize("deltas", [[], [""]], ids=["no delta", "an empty partial_json"])
+def test_a_streamed_tool_call_without_input_has_empty_object_arguments(deltas):
+    """A tool with no input, streamed (Anthropic sends ``input: {}`` and an empty
+    ``partial_json``), came out with ``arguments: ""`` (no JSON a client can parse),
+    where the buffered answer gives ``"{}"``."""
+    events = [
+        ("message_start", {"type": "message_start", "message": {
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
+            "content": [], "usage": {"input_tokens": 3, "output_tokens": 1}}}),
+        ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {
+            "type": "tool_use", "id": "toolu_1", "name": "now", "input": {}}}),
+        *[("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {
+            "type": "input_json_delta", "partial_json": d}}) for d in deltas],
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use"},
+                           "usage": {"output_tokens": 5}}),
+        ("message_stop", {"type": "message_stop"})]
+    out, _ = translate(events)
+    _, calls, finish, _ = accumulate(out)
+    assert calls == {0: {"id": "toolu_1", "name": "now", "arguments": "{}"}}
+    assert finish == "tool_calls"
