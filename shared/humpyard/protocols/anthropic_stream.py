@@ -67,6 +67,8 @@ class StreamTranslator:
         self._started = False
         self._finished = False
         self._has_content = False
+        self._wrote = False  # text came (a refusal alone ends with ``stop_reason`` refusal)
+        self._refused = False
         self._next_index = 0
         self._open: str | int | None = None  # "text", "thinking" or a tool-call slot
         self._tools = ToolCalls()
@@ -108,6 +110,10 @@ class StreamTranslator:
             events += self._thinking(part.reasoning)
         if part.text:
             events += self._text(part.text)
+            self._wrote = True
+        if part.refusal:  # text, as a buffered refusal is (``anthropic.encode_response``)
+            events += self._text(part.refusal)
+            self._refused = True
         for fragment in part.fragments:
             events += self._tool_call(fragment)
         if part.finish_reason:
@@ -137,6 +143,8 @@ class StreamTranslator:
         if reason == "end_turn" and any(c.block is not None
                                           for c in self._tools.by_slot.values()):
             reason = "tool_use"
+        elif reason == "end_turn" and self._refused and not self._wrote:
+            reason = "refusal"
         usage = encode_usage(self._usage)
         delta_usage = usage if self._usage is not None else {"output_tokens": 0}
         events.append(("message_delta", {

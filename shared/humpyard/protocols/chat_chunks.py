@@ -37,6 +37,7 @@ class Chunk(NamedTuple):
     text: str
     fragments: list[dict]
     finish_reason: Any
+    refusal: str = ""  # ``delta.refusal``: the model declining, in place of text
 
 
 def read_chunk(chunk: dict) -> Chunk:
@@ -53,11 +54,13 @@ def read_chunk(chunk: dict) -> Chunk:
     reasoning = delta.get("reasoning_content") or delta.get("reasoning")
     text = delta.get("content")
     calls = delta.get("tool_calls")
+    refusal = delta.get("refusal")
     return Chunk(usage, choice,
                  reasoning if isinstance(reasoning, str) else "",
                  text if isinstance(text, str) else "",
                  [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else [],
-                 choice.get("finish_reason"))
+                 choice.get("finish_reason"),
+                 refusal if isinstance(refusal, str) else "")
 
 
 @dataclass

@@ -8,8 +8,8 @@ accumulator checks::
 
     response.created, response.in_progress,
     ( output_item.added,
-        [content_part.added, (output_text | reasoning_text).delta*, .done,
-         content_part.done]            # message and reasoning items
+        [content_part.added, (output_text | refusal | reasoning_text).delta*,
+         .done, content_part.done]     # message (text or refusal) and reasoning items
       | [function_call_arguments.delta*, .done]      # function calls
       | [custom_tool_call_input.delta, .done],       # custom tool calls
       output_item.done )*,
@@ -112,6 +112,9 @@ class ResponsesStreamTranslator:
         if part.text:
             events += self._stream_text("message", part.text)
             self._has_content = True
+        if part.refusal:  # a message whose part is a refusal, as a buffered one's is
+            events += self._stream_text("refusal", part.refusal)
+            self._has_content = True
         for fragment in part.fragments:
             events += self._tool_call(fragment)
         if part.finish_reason:
@@ -178,9 +181,10 @@ class ResponsesStreamTranslator:
         self._open = _Open(kind, index, item["id"], slot=slot)
         events.append(self._event("response.output_item.added",
                                   {"output_index": index, "item": item}))
-        if kind in ("message", "reasoning"):
+        if kind in ("message", "reasoning", "refusal"):
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []} \
-                if kind == "message" else {"type": "reasoning_text", "text": ""}
+                if kind == "message" else {"type": "reasoning_text", "text": ""} \
+                if kind == "reasoning" else {"type": "refusal", "refusal": ""}
             events.append(self._event("response.content_part.added", {
                 "item_id": item["id"], "output_index": index, "content_index": 0,
                 "part": part}))
@@ -190,7 +194,7 @@ class ResponsesStreamTranslator:
         events: list[Event] = []
         if self._open is None or self._open.kind != kind:
             index = len(self._output) + (1 if self._open is not None else 0)
-            if kind == "message":
+            if kind in ("message", "refusal"):
                 item = {**message_item(f"msg_{self._suffix}_{index}", "",
                                        status="in_progress"), "content": []}
             else:
@@ -198,8 +202,8 @@ class ResponsesStreamTranslator:
             events += self._begin(kind, item)
         assert self._open is not None
         self._open.text += text
-        name = "response.output_text.delta" if kind == "message" \
-            else "response.reasoning_text.delta"
+        name = {"message": "response.output_text.delta", "refusal": "response.refusal.delta"
+                }.get(kind, "response.reasoning_text.delta")
         data = {"item_id": self._open.item_id, "output_index": self._open.index,
                 "content_index": 0, "delta": text}
         if kind == "message":
@@ -219,6 +223,12 @@ class ResponsesStreamTranslator:
             events.append(self._event("response.output_text.done",
                                       {**ids, "content_index": 0, "text": item.text,
                                        "logprobs": []}))
+            events.append(self._event("response.content_part.done",
+                                      {**ids, "content_index": 0, "part": done["content"][0]}))
+        elif item.kind == "refusal":
+            done = message_item(item.item_id, item.text, refusal=True)
+            events.append(self._event("response.refusal.done",
+                                      {**ids, "content_index": 0, "refusal": item.text}))
             events.append(self._event("response.content_part.done",
                                       {**ids, "content_index": 0, "part": done["content"][0]}))
         elif item.kind == "reasoning":

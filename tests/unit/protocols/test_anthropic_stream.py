@@ -265,3 +265,14 @@ def test_sdk_stream_accumulates_our_events():
     assert message.content[1].type == "tool_use"
     assert message.content[1].input == {"path": "/tmp/x"}
     assert (message.usage.input_tokens, message.usage.output_tokens) == (40, 9)
+
+
+def test_a_streamed_refusal_is_text_ending_in_refusal_as_a_buffered_one():
+    """``delta.refusal`` from an OpenAI-style upstream gave a Messages client no content
+    and ``end_turn``; a buffered refusal is its text with ``stop_reason`` refusal."""
+    events = run([chunk(role="assistant", refusal="I can"), chunk(refusal="'t"),
+                  chunk(finish="stop"), usage_chunk()])
+    assert blocks(events) == [{"type": "text", "text": "I can't"}]
+    assert final(events)["delta"]["stop_reason"] == "refusal"
+    text_then_refusal = run([chunk("Sure, "), chunk(refusal="no"), chunk(finish="stop")])
+    assert final(text_then_refusal)["delta"]["stop_reason"] == "end_turn"

@@ -201,3 +201,18 @@ def test_sdk_accumulates_reasoning_and_custom_calls():
     assert reasoning.type == "reasoning" and message.type == "message"
     assert patch.type == "custom_tool_call" and patch.input == "*** Begin Patch"
     assert final.status == "completed"
+
+
+def test_a_streamed_refusal_is_a_refusal_part_as_a_buffered_one_is():
+    """An upstream streaming ``delta.refusal`` gave a Responses client an empty output
+    (the translator read only ``content``); a buffered refusal is a message whose part
+    is a ``refusal``. The stream now carries the same, checked by the SDK."""
+    chunks = [chunk(role="assistant", refusal="I can"), chunk(refusal="'t"),
+              chunk(finish="stop"), usage_chunk()]
+    events = run(chunks)
+    assert "response.refusal.delta" in names(events)
+    assert "response.refusal.done" in names(events)
+    _, final = sdk_stream(chunks)
+    (message,) = final.output
+    assert message.type == "message"
+    assert [(p.type, p.refusal) for p in message.content] == [("refusal", "I can't")]
