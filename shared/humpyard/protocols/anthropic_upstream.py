@@ -144,7 +144,28 @@ def _thinking(chat: dict, out: dict, notes: list[str]) -> None:
              f"reasoning_effort {effort!r} dropped: Anthropic takes no thinking with "
              "temperature, top_p or a forced tool")
         return
+    if _in_tool_loop(out["messages"]):
+        # Anthropic refuses thinking when the last assistant turn's tool calls come
+        # without the thinking block they were made with, which a chat or Responses
+        # client never sends back: the tool loop's next turn would be a 400
+        note(notes, "reasoning",
+             f"reasoning_effort {effort!r} dropped: the last assistant turn's tool calls "
+             "carry no thinking block, which Anthropic requires with thinking on")
+        return
     out["thinking"] = thinking
+
+
+def _in_tool_loop(messages: list[dict]) -> bool:
+    """Whether the last assistant turn made tool calls without a thinking block first."""
+    for message in reversed(messages):
+        if message.get("role") != "assistant":
+            continue
+        content = message.get("content")
+        if not isinstance(content, list) or not content:
+            return False
+        kinds = [b.get("type") for b in content if isinstance(b, dict)]
+        return "tool_use" in kinds and kinds[0] not in ("thinking", "redacted_thinking")
+    return False
 
 
 def _turns(messages: list[dict], notes: list[str]) -> list[dict]:

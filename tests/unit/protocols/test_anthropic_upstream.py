@@ -114,6 +114,28 @@ def test_reasoning_effort_becomes_a_thinking_budget():
     assert "thinking" not in out and "no room" in notes[0]
 
 
+def test_thinking_is_dropped_when_the_tool_loop_carries_no_thinking_block():
+    """A chat (or Responses) client with reasoning on, in a tool loop: the upstream got
+    ``thinking`` with a last assistant turn of tool calls and no thinking block, which
+    Anthropic refuses (400 "Expected `thinking` or `redacted_thinking`, but found
+    `tool_use`"), so every second turn of the loop failed."""
+    loop = [{"role": "user", "content": "what time is it?"},
+            {"role": "assistant", "content": None, "tool_calls": [{
+                "id": "call_1", "type": "function",
+                "function": {"name": "now", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "12:00"}]
+    out, notes = encode(messages=loop, reasoning_effort="high", max_tokens=32000,
+                        tools=[{"type": "function", "function": {"name": "now",
+                                                                 "parameters": {}}}])
+    assert "thinking" not in out
+    assert notes == ["reasoning_effort 'high' dropped: the last assistant turn's tool calls "
+                     "carry no thinking block, which Anthropic requires with thinking on"]
+    answered = [*loop, {"role": "assistant", "content": "It is noon."},
+                {"role": "user", "content": "thanks; and tomorrow?"}]
+    out, notes = encode(messages=answered, reasoning_effort="high", max_tokens=32000)
+    assert out["thinking"]["type"] == "enabled" and notes == []  # the loop is over
+
+
 def test_what_cannot_be_carried_is_noted():
     body = chat(temperature=1.7, seed=7, response_format={"type": "json_object"})
     del body["max_tokens"]
