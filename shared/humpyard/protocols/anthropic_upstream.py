@@ -50,7 +50,11 @@ def encode_request(chat: dict[str, Any], *, model: str | None = None,
     on a body ``validate_chat`` accepted; what cannot be carried is noted.
     """
     notes: list[str] = []
-    messages, _ = fold_system_messages(list(chat.get("messages") or []))
+    messages, folded = fold_system_messages(list(chat.get("messages") or []))
+    if folded:  # as the Messages and Responses decoders say it (a chat client's are here)
+        note(notes, "system_message",
+             f"{folded} system message(s) inside messages folded into user turns "
+             "as <system-reminder> text")
     system = ""
     if messages and messages[0].get("role") == "system":
         system = message_text(messages[0].get("content"))

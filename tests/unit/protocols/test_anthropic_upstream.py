@@ -378,3 +378,17 @@ def test_a_streamed_tool_call_without_input_has_empty_object_arguments(deltas):
     _, calls, finish, _ = accumulate(out)
     assert calls == {0: {"id": "toolu_1", "name": "now", "arguments": "{}"}}
     assert finish == "tool_calls"
+
+
+def test_a_chat_clients_later_system_message_is_folded_with_a_note():
+    """Folded into the next user turn for an Anthropic upstream, as for Messages and
+    Responses clients, but without the note those get: a silent change."""
+    out, notes = encode(messages=[
+        {"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "system", "content": "mid-system"}, {"role": "user", "content": "thanks"}])
+    assert out["system"] == "be brief"
+    assert "<system-reminder>\nmid-system\n</system-reminder>" in \
+        out["messages"][-1]["content"][0]["text"]
+    assert notes == ["1 system message(s) inside messages folded into user turns as "
+                     "<system-reminder> text"]
