@@ -94,9 +94,10 @@ def encode_usage(usage: Any) -> dict:
 
     Cached prompt tokens (``prompt_tokens_details.cached_tokens``) become
     ``cache_read_input_tokens`` and cache writes (``cache_creation_input_tokens``,
-    as ``anthropic_upstream.chat_usage`` keeps them) stay
-    ``cache_creation_input_tokens``; both are left out of ``input_tokens``, as
-    Anthropic counts them.
+    as ``anthropic_upstream.chat_usage`` keeps them, or an OpenAI-style upstream's
+    ``prompt_tokens_details.cache_write_tokens``, as ``ledger.decision.token_counts``
+    reads them) ``cache_creation_input_tokens``; both are left out of
+    ``input_tokens``, as Anthropic counts them.
     """
     usage = usage if isinstance(usage, dict) else {}
 
@@ -105,7 +106,8 @@ def encode_usage(usage: Any) -> dict:
 
     details = usage.get("prompt_tokens_details")
     cached = count(details.get("cached_tokens")) if isinstance(details, dict) else 0
-    written = count(usage.get("cache_creation_input_tokens"))
+    written = count(usage.get("cache_creation_input_tokens")) or (
+        count(details.get("cache_write_tokens")) if isinstance(details, dict) else 0)
     prompt = count(usage.get("prompt_tokens"))
     out = {
         "input_tokens": max(prompt - cached - written, 0),

@@ -495,6 +495,16 @@ def test_encode_usage_with_cached_tokens():
         "input_tokens": 0, "output_tokens": 0}
 
 
+def test_encode_usage_with_an_openai_style_upstreams_cache_writes():
+    """``prompt_tokens_details.cache_write_tokens`` (as the ledger reads it) was left in
+    ``input_tokens``, and no ``cache_creation_input_tokens`` was given."""
+    usage = {"prompt_tokens": 130, "completion_tokens": 5,
+             "prompt_tokens_details": {"cached_tokens": 100, "cache_write_tokens": 20}}
+    assert encode_usage(usage) == {"input_tokens": 10, "output_tokens": 5,
+                                   "cache_read_input_tokens": 100,
+                                   "cache_creation_input_tokens": 20}
+
+
 def test_sdk_client_parses_the_encoded_message():
     """The official SDK, over a mock transport, reads our body as a Message."""
     upstream = completion({"content": "Hi there"})
