@@ -349,6 +349,60 @@ def test_credentials_never_reach_logs_decisions_or_errors(caplog, capfd, monkeyp
     assert SECRET_KEY not in seen and SESSION_TOKEN not in seen
 
 
+def test_credentials_an_upstream_quotes_back_are_redacted_everywhere(caplog, capfd):
+    """A signature mismatch is answered with the canonical request quoted, session
+    token included. It reached the client's error, the decision, the WARNING log line
+    and the ledger: the echo was redacted of a provider key only, and a Bedrock
+    provider has none. The secret parts of the credentials a call was signed with are
+    redacted too now."""
+    caplog.set_level(logging.DEBUG)
+    quoted = (f"The request signature we calculated does not match. The Canonical String "
+              f"for this request should have been 'POST\n/model/x/invoke\n\n"
+              f"x-amz-security-token:{SESSION_TOKEN}\n' (secret {SECRET_KEY})")
+    with FakeBedrock() as east, gateway(config(east.url)) as gw:
+        east.script(fail(403, "InvalidSignatureException", quoted))
+        with claude_sdk(gw) as client, pytest.raises(anthropic.APIStatusError) as err:
+            client.messages.create(model="r", max_tokens=8, messages=HELLO)
+        ds = decisions(gw)
+    out, errs = capfd.readouterr()
+    seen = caplog.text + out + errs + json.dumps(ds) + str(err.value)
+    assert "The request signature we calculated does not match" in str(err.value)
+    assert "[redacted]" in str(err.value) and "[redacted]" in json.dumps(ds)
+    assert SECRET_KEY not in seen and SESSION_TOKEN not in seen
+
+
+def test_a_call_is_signed_once_it_has_its_concurrency_slot():
+    """A call waiting for a slot (``max_concurrent``; up to ``slot_wait_secs``, which may
+    be an hour) was signed before the wait, so a long one sent a signature AWS calls
+    expired (it takes five minutes). It is signed when the slot is had now: the second
+    call's ``x-amz-date`` is after the first call's answer."""
+    from concurrent.futures import ThreadPoolExecutor
+    from datetime import datetime
+
+    def slow(got: Any) -> Any:
+        time.sleep(2.2)  # the fake's loop: the second call waits for the slot meanwhile
+        return reply("first")
+
+    with FakeBedrock() as east, gateway(config(east.url).replace(
+            'region = "us-east-1"', 'region = "us-east-1"\nmax_concurrent = 1', 1)) as gw:
+        east.script(slow, reply("second"))
+        with claude_sdk(gw) as client, ThreadPoolExecutor(2) as pool:
+            first = pool.submit(client.messages.create, model="r", max_tokens=8,
+                                messages=HELLO)
+            deadline = time.monotonic() + 10
+            while not east.received:  # the first holds the slot before the second asks
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            second = pool.submit(client.messages.create, model="r", max_tokens=8,
+                                 messages=HELLO)
+            assert [first.result(30).content[0].text, second.result(30).content[0].text] == \
+                ["first", "second"]
+        dates = [datetime.strptime(r.headers["x-amz-date"], "%Y%m%dT%H%M%SZ")
+                 for r in east.received]
+    assert all(r.signature_ok for r in east.received)
+    assert (dates[1] - dates[0]).total_seconds() >= 2
+
+
 # -- configuration ----------------------------------------------------------------------
 
 

@@ -57,7 +57,7 @@ async def count_upstream(ex: Executor, plan: Plan, config: Config, native: Nativ
         return None
     except TransportFailure as e:
         log.info("token count at %s failed (%s); answering the estimate", ep.key,
-                 redact(e.message, (provider.api_key,)))
+                 redact(e.message, ex.client.secrets_for(provider)))
         return None
     if resp.status != 200:
         log.info("token count at %s answered %d; answering the estimate", ep.key, resp.status)

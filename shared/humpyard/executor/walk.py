@@ -213,7 +213,7 @@ class Executor:
         failure.started = started
         att.failure_class = str(cls.failure_class)
         # Upstreams may quote the request's Authorization header in their errors.
-        failure.message = redact(failure.message, (provider.api_key,))
+        failure.message = redact(failure.message, self.client.secrets_for(provider))
         att.error = failure.message
         if failure.retry_after is not None:  # as honoured: the cooldown it sets (health/)
             att.retry_after_ms = round(
@@ -240,7 +240,8 @@ class Executor:
         relayed = proto.relayed if native else None
         if stream:
             head = await proto.hold_back(resp, native=native, wanted_usage=wanted_usage,
-                                         secrets=(provider.api_key,), model=ep.model,
+                                         secrets=self.client.secrets_for(provider),
+                                         model=ep.model,
                                          limits=provider.limits)
             if head.error is not None:
                 cls = head.classification or classify_status(502, b"")

@@ -54,6 +54,11 @@ class NoCredentials(TransportFailure):
     status = 503
 
 
+USED_KEPT = 8
+"""How many secret strings of past credentials ``AwsSigner.used`` keeps (answers to calls
+signed before a refresh may quote them)."""
+
+
 class AwsSigner:
     """One process's AWS credentials, resolved on first use, and the signer.
 
@@ -63,6 +68,10 @@ class AwsSigner:
     def __init__(self, credentials: Any = None):
         self._credentials = credentials
         self._lock = asyncio.Lock()
+        # The secret parts of the credentials calls were signed with, newest last: an
+        # upstream may quote them back (a signature mismatch quotes the canonical
+        # request, session token included), and they are redacted from what it said.
+        self.used: tuple[str, ...] = ()
 
     def _resolve(self) -> Any:
         from botocore.session import Session
@@ -103,6 +112,9 @@ class AwsSigner:
         from botocore.awsrequest import AWSRequest
 
         creds = await self.frozen()
+        secret = tuple(s for s in (creds.secret_key, creds.token) if s)
+        if not set(secret) <= set(self.used):  # a refresh: the older ones kept a while
+            self.used = (*self.used, *secret)[-USED_KEPT:]
         req = AWSRequest(method="POST", url=url, data=body, headers={"host": host, **headers})
         SigV4Auth(creds, SERVICE, region).add_auth(req)
         return [(name, req.headers[name]) for name in SIGNED if name in req.headers]

@@ -236,12 +236,16 @@ class UpstreamClient:
                 provider = replace(provider, connect_timeout_secs=cut)
             return await self._open_via_httpx(provider, path, body, extra_headers)
         _, origin, prefix, timings = self._head(provider, path, extra_headers)
-        if provider.protocol == "bedrock":
-            prefix += await self._signature(provider, path, body, extra_headers)
         timeouts = timings[stream]
         if cut is not None:
             timeouts = timeouts._replace(connect=cut)
         release = await self.slots.acquire(provider.name, provider.max_concurrent)
+        if provider.protocol == "bedrock":  # signed once the slot is had: a wait for it
+            try:  # (up to slot_wait_secs) would otherwise age the signature past AWS's 5 min
+                prefix += await self._signature(provider, path, body, extra_headers)
+            except BaseException:
+                release()
+                raise
         ans = await fast.request(origin, finish_head(prefix, "POST", body), body, timeouts,
                                  on_end=release)
         headers = _header_map(ans.headers)
@@ -253,6 +257,13 @@ class UpstreamClient:
                     ans.body, decoder, f"{coding} from {origin.address}",
                     provider.limits.max_decompression_ratio, origin.address), origin.address)
         return UpstreamResponse(ans.status, headers, ans.body, origin.address)
+
+    def secrets_for(self, provider: ProviderSpec) -> tuple[str | None, ...]:
+        """What an answer of ``provider`` must never be passed on with: its key and, for
+        Bedrock, the secret parts of the AWS credentials its calls were signed with."""
+        if provider.protocol == "bedrock" and self.aws is not None:
+            return (provider.api_key, *self.aws.used)
+        return (provider.api_key,)
 
     def _signer(self) -> AwsSigner:
         if self.aws is None:
@@ -282,11 +293,11 @@ class UpstreamClient:
     async def _open_via_httpx(self, provider: ProviderSpec, path: str, body: bytes,
                               extra_headers: dict[str, str] | None) -> UpstreamResponse:
         from humpyard.upstream.bridge import open_via_httpx
-        if provider.protocol == "bedrock":
-            extra_headers = {**(extra_headers or {}),
-                             **dict(await self._signed(provider, path, body, extra_headers))}
         release = await self.slots.acquire(provider.name, provider.max_concurrent)
         try:
+            if provider.protocol == "bedrock":  # signed once the slot is had (as above)
+                extra_headers = {**(extra_headers or {}),
+                                 **dict(await self._signed(provider, path, body, extra_headers))}
             status, got, resp_body = await open_via_httpx(
                 self.http, provider, path, body, _request_headers(provider, extra_headers),
                 on_end=release)
