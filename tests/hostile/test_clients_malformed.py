@@ -167,6 +167,7 @@ def test_a_refusal_before_any_route_names_its_decision_and_speaks_the_paths_prot
         answers = [c.get("/v1/nothing"), c.put("/v1/chat/completions"),
                    c.put("/v1/messages"), c.post("/v1/messages/batches", json={})]
         slash = c.get("/v1/models/")
+        converse = c.post("/model/m/converse", json={})  # an operation not served
         listed = {d["request_id"] for d in c.get(
             "/v1/decisions", params={"limit": 100}).json()["decisions"]}
     for r in answers:
@@ -178,6 +179,8 @@ def test_a_refusal_before_any_route_names_its_decision_and_speaks_the_paths_prot
         assert body["type"] == "error" and body["error"]["type"] == "not_found_error" \
             if r.status_code == 404 else body["type"] == "error", body
         assert "message" in body["error"]
+    assert converse.status_code == 404 and "message" in converse.json()  # Bedrock's shape
+    assert converse.headers["x-amzn-errortype"].startswith("ResourceNotFoundException")
     assert slash.status_code == 404
     assert slash.json()["error"]["message"] == (
         "no such path: GET /v1/models/ (did you mean /v1/models?)")

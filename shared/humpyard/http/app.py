@@ -106,12 +106,15 @@ async def not_found(request: Request, exc: Exception) -> Response:
 
 def _shape(request: Request) -> str:
     """The error shape of the protocol whose paths ``request`` is on (Anthropic's under
-    ``/v1/messages``, the Responses API's under ``/v1/responses``), else OpenAI's."""
+    ``/v1/messages``, the Responses API's under ``/v1/responses``, Bedrock's under
+    ``/model/``: boto3 reads only its own), else OpenAI's."""
     path = request.scope["path"]
     if path.startswith("/v1/messages"):
         return "anthropic"
     if path.startswith("/v1/responses"):
         return "responses"
+    if path.startswith("/model/"):
+        return "bedrock"
     return "openai"
 
 
