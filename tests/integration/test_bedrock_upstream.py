@@ -321,6 +321,30 @@ def test_bedrock_error_types_map_to_failure_classes(step, cls, status):
     assert len(d["attempts"]) == (2 if status is None else 1)
 
 
+@pytest.mark.parametrize(("frame", "status", "error"), [
+    ("throttlingException", 429, anthropic.RateLimitError),
+    ("validationException", 400, anthropic.BadRequestError),
+    ("someNewException", 502, anthropic.InternalServerError)])
+def test_an_exception_frame_before_content_answers_the_status_its_type_has(
+        frame, status, error):
+    """Every endpoint's stream opening with an exception frame was answered 502, whatever
+    the frame: a throttled stream came to the SDK as a server error (retried at once, not
+    backed off), a validation error as the gateway's. It is the status Bedrock gives the
+    type as an HTTP error now; a type added later stays a 502, and fails over."""
+    with FakeBedrock(region="us-east-1") as east, FakeBedrock(region="us-west-2") as west, \
+            gateway(config(east.url, west.url)) as gw:
+        east.script(StreamFail(frame))
+        west.script(StreamFail(frame))
+        with claude_sdk(gw) as client, pytest.raises(error) as err, client.messages.stream(
+                model="r", max_tokens=64, messages=HELLO) as stream:
+            stream.get_final_message()
+        d = decisions(gw)[0]
+    assert err.value.status_code == status
+    assert d["status"] == status
+    tried = 1 if frame == "validationException" else 2  # a request's own fault stops
+    assert len(d["attempts"]) == tried, d["attempts"]
+
+
 def test_a_wrong_secret_is_refused_by_the_fake_and_never_served(monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-right-secret-key-at-all-000000000")
     with FakeBedrock() as east, gateway(config(east.url)) as gw:

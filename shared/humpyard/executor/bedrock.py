@@ -54,6 +54,7 @@ from humpyard.upstream.bedrock import (
     FrameDecoder,
     classify_bedrock,
     classify_type,
+    exception_status,
     stream_exception_type,
 )
 from humpyard.upstream.classify import Classification
@@ -165,8 +166,9 @@ class _Frames(Events):
             if frame.kind != "event":
                 kind = stream_exception_type(frame.name) if frame.kind == "exception" \
                     else frame.name
+                status = exception_status(kind)  # a type added later: a 502, failed over
                 raise _Broken(f"upstream stream error: {kind}: {_message(frame.payload)}",
-                              classify_type(kind, 400, frame.payload))
+                              classify_type(kind, status, frame.payload), status=status)
             data = _object(frame.payload)
             if self.converse is not None:
                 for name, event in self.converse.feed(frame.name, data):

@@ -44,6 +44,7 @@ class HeldStream:
     error: str | None = None
     usage: dict[str, int] = field(default_factory=dict)
     classification: Classification | None = None  # the error's, when not a plain 502
+    status: int = 502  # the error's status (a Bedrock exception frame's: its type's)
 
 
 def _has_content(obj: dict) -> bool:
@@ -206,9 +207,11 @@ class _Broken(Exception):
     """The upstream's stream said it failed (an ``error`` event) or is unreadable;
     ``classification`` when the failure has a type of its own (Bedrock's exceptions)."""
 
-    def __init__(self, message: str, classification: Classification | None = None):
+    def __init__(self, message: str, classification: Classification | None = None,
+                 status: int = 502):
         super().__init__(message)
         self.classification = classification
+        self.status = status
 
 
 class _AnthropicEvents:
@@ -310,7 +313,7 @@ async def hold_back_anthropic(resp: UpstreamResponse, wanted_usage: bool = True,
             if reader.content or reader.ended:
                 break
     except _Broken as e:
-        return HeldStream(error=str(e), classification=e.classification)
+        return HeldStream(error=str(e), classification=e.classification, status=e.status)
     if not reader.content and not reader.ended:
         return HeldStream(error="upstream closed the stream before any content")
     events.relaying()

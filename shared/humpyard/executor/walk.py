@@ -245,7 +245,7 @@ class Executor:
                                          limits=provider.limits)
             if head.error is not None:
                 cls = head.classification or classify_status(502, b"")
-                return Failure(502, head.error, str(cls.failure_class)), cls
+                return Failure(head.status, head.error, str(cls.failure_class)), cls
             ms = (self.clock.monotonic() - started) * 1000
             att.latency_ms = ms
             self._success(target, ep, ms)

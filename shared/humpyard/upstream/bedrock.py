@@ -47,6 +47,23 @@ ERROR_CLASSES: dict[str, FailureClass] = {
 }
 """Bedrock's error types → failure classes (``ValidationException``: see the docstring)."""
 
+EXCEPTION_STATUS: dict[str, int] = {
+    "ThrottlingException": 429, "ServiceQuotaExceededException": 429,
+    "ModelNotReadyException": 429, "ValidationException": 400,
+    "AccessDeniedException": 403, "ResourceNotFoundException": 404,
+    "ModelTimeoutException": 408, "ModelErrorException": 424,
+    "ModelStreamErrorException": 424, "InternalServerException": 500,
+    "ServiceUnavailableException": 503,
+}
+"""The HTTP status Bedrock answers each error type with, for one that comes as a stream's
+exception frame (the stream's own status was 200): a throttled stream is a 429 to the
+client as a throttled call is. Any other type is a 502."""
+
+
+def exception_status(kind: str) -> int:
+    """The status an exception frame of type ``kind`` stands for (``EXCEPTION_STATUS``)."""
+    return EXCEPTION_STATUS.get(kind, 502)
+
 
 def error_type(headers: Mapping[str, str] | None, head: bytes) -> str | None:
     """The error's type: ``x-amzn-ErrorType`` (before its ``:``), else ``__type``
