@@ -10,6 +10,7 @@ import asyncio
 import gc
 import threading
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -86,19 +87,28 @@ def test_concurrent_probes_share_one_store_check_and_reuse_it():
         assert r.status_code == 503 and r.json()["checks"]["store"] == "unreachable"
 
 
+def _serving(store: Any, clock: FakeClock) -> ServerThread:
+    """The gateway on ``store`` and ``clock`` over a real socket (``with``: its URL)."""
+    config = load_config_text(CONFIG)
+    return ServerThread(create_app(config, gateway=Gateway(config, store, clock=clock)),
+                        lifespan="on")
+
+
+def _timed_out(url: str) -> None:
+    """A ``/readyz`` whose ping is held: 503, the store check timed out."""
+    first = httpx.get(url + "/readyz", timeout=15)
+    assert first.status_code == 503 and first.json()["checks"]["store"] == "timeout"
+
+
 def test_a_ping_that_does_not_answer_is_not_asked_again_alongside():
     """A store that does not answer holds the ping's thread for its client's own
     timeouts, far past ``READY_TIMEOUT_SECS``. Before: every check after the reuse
     window started another ping on another of the threads ``asyncio.to_thread``
     shares with the rest of the process (3 held here after 3 checks)."""
-    clock = FakeClock()
-    store = HeldStore()
-    config = load_config_text(CONFIG)
-    app = create_app(config, gateway=Gateway(config, store, clock=clock))
-    with ServerThread(app, lifespan="on") as srv:
+    clock, store = FakeClock(), HeldStore()
+    with _serving(store, clock) as srv:
         try:
-            first = httpx.get(srv.url + "/readyz", timeout=15)  # waits READY_TIMEOUT_SECS
-            assert first.status_code == 503 and first.json()["checks"]["store"] == "timeout"
+            _timed_out(srv.url)  # waits READY_TIMEOUT_SECS
             for _ in range(2):  # each a new check, the first ping still held
                 clock.advance(STORE_CHECK_SECS + 0.1)
                 r = httpx.get(srv.url + "/readyz", timeout=15)
@@ -132,14 +142,10 @@ def test_a_timed_out_ping_that_fails_later_leaves_no_unretrieved_exception(
     afterwards. Before: asyncio logged "Future exception was never retrieved" with the
     whole traceback once the ping's future was let go (``wait_for`` cancelling the
     shield removes the shield's callback that would have retrieved it)."""
-    clock = FakeClock()
-    store = FailingHeldStore()
-    config = load_config_text(CONFIG)
-    app = create_app(config, gateway=Gateway(config, store, clock=clock))
-    with ServerThread(app, lifespan="on") as srv:
+    clock, store = FakeClock(), FailingHeldStore()
+    with _serving(store, clock) as srv:
         try:
-            first = httpx.get(srv.url + "/readyz", timeout=15)
-            assert first.status_code == 503 and first.json()["checks"]["store"] == "timeout"
+            _timed_out(srv.url)
         finally:
             store.release.set()
 

@@ -388,16 +388,21 @@ def test_workers_refuse_to_start_on_a_table_that_does_not_exist(
     assert not (tmp_path / "never.db").exists()
 
 
+def _serve_once(path: Path) -> subprocess.CompletedProcess[str]:
+    """``humpyard serve`` on ``path`` as a child, expected to refuse to start."""
+    return subprocess.run(
+        [sys.executable, "-m", "humpyard.cli", "serve", "--config", str(path), "--port", "0"],
+        env={**os.environ, **AWS_ENV, "PYTHONPATH": str(ROOT / "shared")}, cwd=ROOT,
+        capture_output=True, text=True, timeout=60)
+
+
 def test_serve_refuses_to_start_on_a_table_that_does_not_exist(
         moto: SerialMotoServer, tmp_path: Path) -> None:
     path = tmp_path / "humpyard.toml"
     path.write_text('[providers.p]\nbase_url = "http://127.0.0.1:9/v1"\n'
                     '[targets.t]\nendpoints = [{ provider = "p", model = "m" }]\n'
                     + store_toml(moto.url, "no-such-state", "no-such-ledger"))
-    done = subprocess.run(
-        [sys.executable, "-m", "humpyard.cli", "serve", "--config", str(path), "--port", "0"],
-        env={**os.environ, **AWS_ENV, "PYTHONPATH": str(ROOT / "shared")}, cwd=ROOT,
-        capture_output=True, text=True, timeout=60)
+    done = _serve_once(path)
     assert done.returncode == 1, done.stderr
     assert "store.state_table: no table 'no-such-state'" in done.stderr
     assert "testing" not in done.stderr  # no credential in the message
@@ -412,10 +417,7 @@ def test_serve_refuses_to_start_on_a_ledger_table_that_does_not_exist(
     path.write_text('[providers.p]\nbase_url = "http://127.0.0.1:9/v1"\n'
                     '[targets.t]\nendpoints = [{ provider = "p", model = "m" }]\n'
                     + store_toml(moto.url, state, "no-such-ledger"))
-    done = subprocess.run(
-        [sys.executable, "-m", "humpyard.cli", "serve", "--config", str(path), "--port", "0"],
-        env={**os.environ, **AWS_ENV, "PYTHONPATH": str(ROOT / "shared")}, cwd=ROOT,
-        capture_output=True, text=True, timeout=30)
+    done = _serve_once(path)
     assert done.returncode == 1, done.stderr
     assert "store.ledger_table: no table 'no-such-ledger'" in done.stderr
     assert "(humpyard store create-tables makes both)" in done.stderr
