@@ -186,6 +186,7 @@ class UpstreamError(HumpyardError):
     """Every attempt failed; status and message are the last upstream error's."""
 
     type = "api_error"
+    upstream_type: str | None = None  # the type the upstream gave its error, if any
 
     def __init__(self, message: str, *, status: int, code: str = "upstream_error",
                  failure_class: str | None = None):

@@ -380,6 +380,9 @@ def test_an_error_event_after_content_ends_the_stream_with_an_error(gw, ups):
             for _ in stream:
                 pass
     assert "Overloaded" in str(caught.value)
+    # the upstream's own type, as it sent it (it was api_error): Claude Code backs off
+    # from an overloaded_error
+    assert caught.value.body["error"]["type"] == "overloaded_error"
     assert oa.requests == []
     [d] = decisions(gw)
     assert d["outcome"] == "stream_broken" and "Overloaded" in d["error"]

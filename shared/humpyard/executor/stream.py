@@ -208,10 +208,11 @@ class _Broken(Exception):
     ``classification`` when the failure has a type of its own (Bedrock's exceptions)."""
 
     def __init__(self, message: str, classification: Classification | None = None,
-                 status: int = 502):
+                 status: int = 502, error_type: str | None = None):
         super().__init__(message)
         self.classification = classification
         self.status = status
+        self.error_type = error_type  # an Anthropic error event's own ``error.type``
 
 
 class _AnthropicEvents:
@@ -250,7 +251,9 @@ class _AnthropicEvents:
             if kind == "error":
                 err = data.get("error")
                 msg = err.get("message") if isinstance(err, dict) else err
-                raise _Broken(redact(f"upstream stream error: {msg}", self.secrets))
+                kind_of = err.get("type") if isinstance(err, dict) else None
+                raise _Broken(redact(f"upstream stream error: {msg}", self.secrets),
+                              error_type=kind_of if isinstance(kind_of, str) else None)
             self._note(kind, data)
             if self.translator is None:
                 out.append(ev)
@@ -373,7 +376,9 @@ async def _relay_anthropic(held: list[SSEEvent], events: Events,
         except _Broken as e:
             if batch:
                 yield batch
-            raise UpstreamError(str(e), status=502, code="stream_broken") from None
+            broken = UpstreamError(str(e), status=502, code="stream_broken")
+            broken.upstream_type = e.error_type  # an Anthropic client is told it as sent
+            raise broken from None
         if batch:
             if reader.ended and relay is not None and complete(raw):
                 relay.last = True

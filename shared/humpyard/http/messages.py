@@ -27,7 +27,12 @@ from humpyard.http.intake import ClientProtocol, Headers
 from humpyard.http.reply import Reply
 from humpyard.keys import authenticate
 from humpyard.planning.estimate import estimate_prompt_tokens
-from humpyard.protocols.anthropic import decode_request, encode_response, error_body
+from humpyard.protocols.anthropic import (
+    ERROR_TYPES,
+    decode_request,
+    encode_response,
+    error_body,
+)
 from humpyard.protocols.anthropic_stream import StreamTranslator, encode_event
 from humpyard.protocols.chat_chunks import note_dropped
 from humpyard.protocols.sse import SSEEvent, json_objects
@@ -100,7 +105,11 @@ async def _relay(events: AsyncIterator[list[SSEEvent]]) -> AsyncIterator[bytes]:
         async for batch in events:
             yield batch[0].wire if len(batch) == 1 else b"".join(ev.wire for ev in batch)
     except HumpyardError as e:
-        yield encode_event("error", error_body(502, e.message))
+        body = error_body(502, e.message)
+        told = getattr(e, "upstream_type", None)
+        if told in ERROR_TYPES:  # the upstream's own type (overloaded_error: a client
+            body["error"]["type"] = told  # such as Claude Code backs off from it)
+        yield encode_event("error", body)
     except Exception as e:  # noqa: BLE001 - a transport failure mid-stream
         log.warning("anthropic stream broke after content: %s", type(e).__name__)
         yield encode_event("error", error_body(

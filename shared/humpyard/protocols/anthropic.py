@@ -49,6 +49,8 @@ _ERROR_TYPES = {
     504: "timeout_error",
     529: "overloaded_error",
 }
+ERROR_TYPES = frozenset(_ERROR_TYPES.values())
+"""Anthropic's error types (an upstream's own is passed on when it is one of them)."""
 
 
 # --- responses ---------------------------------------------------------------
