@@ -476,6 +476,43 @@ def test_an_anthropic_client_on_a_converse_model_gets_an_anthropic_answer():
     assert final.content[0].text.strip() == "nova streams"
 
 
+PROFILE = "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/a1b2c3d4e5f6"
+
+
+def test_claude_behind_an_application_inference_profile_is_invoked_when_said():
+    """An application inference profile's ARN names no model, so Claude behind one went
+    through Converse and its client's cache_control and thinking were dropped. The
+    endpoint's ``claude = true`` says what the id cannot: InvokeModel, the body as sent."""
+    text = config("{url}", model=PROFILE).replace(
+        f'model = "{PROFILE}"', f'model = "{PROFILE}", claude = true')
+    assert "claude = true" in text
+    with FakeBedrock() as east, gateway(text.replace("{url}", east.url)) as gw:
+        east.script(reply("via the profile"), reply("streamed via the profile"))
+        cached = [{"type": "text", "text": "big system prompt",
+                   "cache_control": {"type": "ephemeral"}}]
+        with claude_sdk(gw) as client:
+            msg = client.messages.create(model="r", max_tokens=32, messages=HELLO,
+                                         system=cached)
+            with client.messages.stream(model="r", max_tokens=32, messages=HELLO,
+                                        system=cached) as stream:
+                final = stream.get_final_message()
+        got = east.received
+        ds = decisions(gw, 2)
+    assert [r.operation for r in got] == ["invoke", "invoke-with-response-stream"]
+    assert all(r.model == PROFILE and r.signature_ok for r in got)
+    assert got[0].json["system"] == cached  # cache_control as the client sent it
+    assert msg.content[0].text == "via the profile"
+    assert final.content[0].text == "streamed via the profile"
+    assert not [n for d in ds for n in d["notes"] if "dropped" in n]
+
+
+def test_claude_is_only_for_a_bedrock_provider():
+    with pytest.raises(ConfigError, match=r'targets.t.endpoints\[0\].claude: only for a '
+                                          r'provider with protocol = "bedrock"'):
+        config_from('[providers.o]\nbase_url = "http://127.0.0.1:9/v1"\n'
+                    '[targets.t]\nendpoints = [{ provider = "o", model = "m", claude = true }]\n')
+
+
 def test_a_bedrock_provider_without_botocore_says_to_install_the_aws_extra(monkeypatch):
     import importlib.util
 

@@ -43,6 +43,9 @@ class Endpoint(_Strict):
     # reasoning_effort (unknown: passed on).
     max_output_tokens: int | None = Field(default=None, gt=0)
     reasoning: bool | None = None
+    # Bedrock only: the model is Claude (InvokeModel, the Anthropic body as sent) or
+    # not (Converse) whatever its id says; unset: from the id (docs/upstream.md).
+    claude: bool | None = None
 
 
 BEDROCK_REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$")

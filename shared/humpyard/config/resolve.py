@@ -263,7 +263,12 @@ def _targets(raw: RawConfig, errors: list[str], known: Salvage) -> dict[str, Tar
                 price_output=e.price.output if e.price else None,
                 price_cache_read=e.price.cache_read if e.price else None,
                 price_cache_write=e.price.cache_write if e.price else None,
-                max_output_tokens=e.max_output_tokens, reasoning=e.reasoning))
+                max_output_tokens=e.max_output_tokens, reasoning=e.reasoning,
+                claude=e.claude))
+            spec = raw.providers.get(e.provider)
+            if e.claude is not None and spec is not None and spec.protocol != "bedrock":
+                errors.append(f"{path('targets', name, 'endpoints', i, 'claude')}: only for a "
+                              'provider with protocol = "bedrock"')
         out[name] = TargetSpec(name=name, endpoints=tuple(eps), class_=t.class_,
                                strengths=tuple(t.strengths), quality=t.quality)
     return out

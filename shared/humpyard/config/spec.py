@@ -180,6 +180,7 @@ class EndpointSpec:
     price_cache_write: float | None = None  # None: cache writes cost price_input
     max_output_tokens: int | None = None  # a larger max_tokens is clamped to it
     reasoning: bool | None = None  # False: reasoning_effort is dropped; None: unknown
+    claude: bool | None = None  # Bedrock: Claude whatever the id says; None: by the id
 
     @property
     def key(self) -> str:

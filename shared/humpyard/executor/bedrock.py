@@ -44,7 +44,7 @@ from humpyard.protocols.bedrock import (
     count_body,
     invoke_body,
     invoke_path,
-    is_anthropic,
+    is_claude,
     model_path,
     split_betas,
 )
@@ -80,8 +80,8 @@ class BedrockUpstream:
     def prepare(self, body: dict[str, Any], ep: EndpointSpec, provider: ProviderSpec,
                 stream: bool, native: Native | None) -> Request:
         notes: list[str] = []
-        path = invoke_path(ep.model, stream)
-        claude = is_anthropic(ep.model)
+        path = invoke_path(ep.model, stream, ep.claude)
+        claude = is_claude(ep.model, ep.claude)
         if native is not None and native.protocol in NATIVE_CLIENTS and claude:
             message = native.body
             if ep.adapts:
@@ -120,8 +120,8 @@ class BedrockUpstream:
 
     async def hold_back(self, resp: UpstreamResponse, *, native: bool, wanted_usage: bool,
                         secrets: tuple[str | None, ...], model: str,
-                        limits: AnswerLimits) -> HeldStream:
-        converse = None if is_anthropic(model) else ConverseEvents(model)
+                        limits: AnswerLimits, claude: bool | None = None) -> HeldStream:
+        converse = None if is_claude(model, claude) else ConverseEvents(model)
         translator = None if native else ChunkTranslator(created=int(self.clock.now()),
                                                          model=model)
         return await hold_back_anthropic(resp, wanted_usage, secrets, translator, limits,
@@ -134,7 +134,7 @@ class BedrockUpstream:
     def prepare_count(self, native: Native, ep: EndpointSpec,
                       provider: ProviderSpec) -> Request | None:
         """CountTokens for a Claude model (its InvokeModel body, base64 in JSON)."""
-        if native.protocol not in NATIVE_CLIENTS or not is_anthropic(ep.model):
+        if native.protocol not in NATIVE_CLIENTS or not is_claude(ep.model, ep.claude):
             return None
         notes: list[str] = []
         message = {"max_tokens": 1, **native.body}

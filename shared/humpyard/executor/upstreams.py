@@ -84,7 +84,7 @@ class OpenAIUpstream:
 
     async def hold_back(self, resp: UpstreamResponse, *, native: bool, wanted_usage: bool,
                         secrets: tuple[str | None, ...], model: str,
-                        limits: AnswerLimits) -> HeldStream:
+                        limits: AnswerLimits, claude: bool | None = None) -> HeldStream:
         return await hold_back(resp, wanted_usage, secrets=secrets, limits=limits)
 
     def classify(self, status: int, head: bytes,
@@ -168,7 +168,7 @@ class AnthropicUpstream:
 
     async def hold_back(self, resp: UpstreamResponse, *, native: bool, wanted_usage: bool,
                         secrets: tuple[str | None, ...], model: str,
-                        limits: AnswerLimits) -> HeldStream:
+                        limits: AnswerLimits, claude: bool | None = None) -> HeldStream:
         translator = None if native else ChunkTranslator(created=int(self.clock.now()),
                                                          model=model)
         return await hold_back_anthropic(resp, wanted_usage, secrets, translator, limits)

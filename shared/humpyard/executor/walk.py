@@ -241,7 +241,7 @@ class Executor:
         if stream:
             head = await proto.hold_back(resp, native=native, wanted_usage=wanted_usage,
                                          secrets=self.client.secrets_for(provider),
-                                         model=ep.model,
+                                         model=ep.model, claude=ep.claude,
                                          limits=provider.limits)
             if head.error is not None:
                 cls = head.classification or classify_status(502, b"")

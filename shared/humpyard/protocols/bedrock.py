@@ -70,13 +70,19 @@ def is_anthropic(model: str) -> bool:
     return "anthropic." in low or "claude" in low
 
 
+def is_claude(model: str, claude: bool | None) -> bool:
+    """Whether an endpoint's model is Claude: as configured (``claude``: an application
+    inference profile's ARN names no model), else by its id (``is_anthropic``)."""
+    return is_anthropic(model) if claude is None else claude
+
+
 def model_path(model: str, operation: str) -> str:
     """``/model/{id}/{operation}`` with the id URL-encoded (``:`` and ``/`` of ARNs too)."""
     return f"/model/{quote(model, safe='')}/{operation}"
 
 
-def invoke_path(model: str, stream: bool) -> str:
-    if is_anthropic(model):
+def invoke_path(model: str, stream: bool, claude: bool | None = None) -> str:
+    if is_claude(model, claude):
         return model_path(model, "invoke-with-response-stream" if stream else "invoke")
     return model_path(model, "converse-stream" if stream else "converse")
 
