@@ -12,6 +12,7 @@ the protocol's error event while the decision records the real status.
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
@@ -171,6 +172,26 @@ def test_every_target_failing_after_a_heartbeat_raises_in_the_sdks(ups):
             with an.messages.stream(model="r", messages=MSG, max_tokens=64) as s:
                 for _ in s.text_stream:
                     pass
+
+
+def test_a_bedrock_stream_failing_after_a_heartbeat_says_the_real_status(ups):
+    """The Bedrock format's closing exception said ``originalStatusCode`` 502 whatever
+    the failure, while its decision recorded the real one (here the last target's 429)."""
+    from botocore.eventstream import EventStreamBuffer
+    a, b = ups
+    a.script(delay(0.6, status(429)))
+    b.script(status(429))
+    body = {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 64, "messages": MSG}
+    with running_gateway(two_targets(a.url, b.url, first_heartbeat=0.2)) as gw, \
+            httpx.Client(timeout=30) as c:
+        raw = c.post(gw.url + "/model/r/invoke-with-response-stream", json=body).content
+        gw.recorded(1)
+        [d] = gw.decisions()
+    frames = EventStreamBuffer()
+    frames.add_data(raw)
+    [failure] = [f for f in frames if f.headers.get(":message-type") == "exception"]
+    assert failure.headers[":exception-type"] == "modelStreamErrorException"
+    assert json.loads(failure.payload)["originalStatusCode"] == d["status"] == 429
 
 
 def test_a_fast_stream_sends_its_target_headers_and_no_comment(ups):

@@ -73,8 +73,8 @@ async def _stream(call: Call, context: None,
                        for _, data in translator.feed(c)]
             if out:
                 yield b"".join(out)
-    except HumpyardError as e:  # an upstream error event after the first content
-        yield stream_exception(e.message)
+    except HumpyardError as e:  # an upstream error event after the first content, or
+        yield stream_exception(e.message, e.status)  # every target failing after a beat
         return
     except Exception as e:  # noqa: BLE001 - the stream broke; the decision records why
         log.warning("bedrock stream broke after content: %s", type(e).__name__)
