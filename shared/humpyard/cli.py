@@ -78,8 +78,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from humpyard.stopping import hold_stop_signals
     hold_stop_signals()  # before the imports below: a stop while starting is graceful
 
+    from humpyard.cli_args import worker_count
     from humpyard.serving import run_loop, serve
-    from humpyard.workers import Supervisor, worker_count
+    from humpyard.workers import Supervisor
     try:
         workers = worker_count(args.workers)
     except ValueError as e:

@@ -1,5 +1,6 @@
-"""The values the ``humpyard`` command's flags take, and what it says when it cannot
-listen where ``--host`` and ``--port`` say.
+"""The values the ``humpyard`` command's flags take (``--workers`` among them), the
+socket ``serve --workers`` listens on, and what it says when it cannot listen where
+``--host`` and ``--port`` say.
 
 A type here raises ``argparse.ArgumentTypeError``, so a bad value is argparse's one
 line naming the flag (exit 2). An address that cannot be listened on ends ``serve``
@@ -13,6 +14,8 @@ import errno
 import socket
 
 MAX_PORT = 65535
+MAX_WORKERS = 256
+BACKLOG = 2048  # the listening socket ``serve --workers`` binds once for every worker
 # uvicorn's exit code when it cannot start (``uvicorn.config.STARTUP_FAILURE``): what a
 # single process exits with when its port is taken; the parent of --workers N says the same.
 CANNOT_LISTEN = 3
@@ -76,3 +79,36 @@ def unresolved(host: str, port: int) -> str | None:
     except socket.gaierror as e:
         return cannot_listen(host, port, e)
     return None
+
+
+def worker_count(value: str) -> int:
+    """``--workers``: a positive number, or ``auto`` (the cores this process may use:
+    its affinity, bounded by its cgroup's CPU quota, ``cores.py``)."""
+    if value == "auto":
+        from humpyard.cores import available_cores
+        return min(available_cores(), MAX_WORKERS)
+    try:
+        n = int(value)
+    except ValueError:
+        raise ValueError(f"--workers must be a number or auto, not {value!r}") from None
+    if not 1 <= n <= MAX_WORKERS:
+        raise ValueError(f"--workers must be between 1 and {MAX_WORKERS}, not {n}")
+    return n
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A bound, listening TCP socket the workers inherit; ``OSError`` (``socket.gaierror``
+    for a host that does not resolve) with nothing left open when it cannot be had. An
+    empty host is every interface, as for one process (asyncio's ``create_server``)."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, addr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(BACKLOG)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock

@@ -160,11 +160,9 @@ class Leases:
                    spend_read: Callable[[], bool] | None = None) -> bool:
         """Reserve ``usd`` of the key's budget, taking a larger lease first when the one
         held cannot cover it; False when the budget has no room for it (across every
-        instance's spend and leases). When the lease cannot be written the instance's
-        own view of the budget stands, if it has one: ``spend_read()`` (a read brought the
-        key's spend; so when not given) or an answered lease write of it. Without
-        either, the store unreachable (no read will bring it either):
-        ``BudgetUnknown``, since admitting on a spend of 0 could pass the budget."""
+        instance's spend and leases). The store unreachable, the instance's own view
+        stands, unless it has none (no answered lease write, ``spend_read()`` False):
+        ``BudgetUnknown``, as a spend of 0 could pass the budget (ADR 0036)."""
         for _ in range(4):
             if self.reserve_now(key_id, period, limit, usd):
                 return True
@@ -189,9 +187,7 @@ class Leases:
                     granted = await self._run(self._write, key_id, period, need)
             except Exception as exc:  # noqa: BLE001 - the store is down: the local check
                 # stands. An outage is logged once (awaited.py), anything else each time.
-                with self._lock:
-                    answered = bool(self._book(key_id, period, limit).written)
-                if isinstance(exc, StoreUnavailable) and not answered \
+                if isinstance(exc, StoreUnavailable) and not known \
                         and spend_read is not None and not spend_read():
                     raise BudgetUnknown(key_id) from exc  # reads fail too: no view
                 with self._lock:

@@ -75,7 +75,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from humpyard.cli_args import CANNOT_LISTEN, cannot_listen
+from humpyard.cli_args import CANNOT_LISTEN, cannot_listen, listening_socket
 from humpyard.config import load_config
 from humpyard.config.files import ConfigFiles
 from humpyard.config.spec import Config, ServerSpec
@@ -101,43 +101,8 @@ MAX_RESTART_BACKOFF_SECS = 10.0
 STABLE_SECS = 10.0
 STARTUP_SECS = 30.0  # a new worker's allowance, beyond the timeout, before its first beat
 DRAIN_MARGIN_SECS = 30.0  # beyond [server] stop_timeout_secs: the ledger written out
-BACKLOG = 2048
 POLL_SECS = 0.05
 PARENT_GAP_SECS = 1.0  # the parent's own loop silent this long: it was stopped itself
-MAX_WORKERS = 256
-
-
-def worker_count(value: str) -> int:
-    """``--workers``: a positive number, or ``auto`` (the cores this process may use:
-    its affinity, bounded by its cgroup's CPU quota, ``cores.py``)."""
-    if value == "auto":
-        from humpyard.cores import available_cores
-        return min(available_cores(), MAX_WORKERS)
-    try:
-        n = int(value)
-    except ValueError:
-        raise ValueError(f"--workers must be a number or auto, not {value!r}") from None
-    if not 1 <= n <= MAX_WORKERS:
-        raise ValueError(f"--workers must be between 1 and {MAX_WORKERS}, not {n}")
-    return n
-
-
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A bound, listening TCP socket the workers inherit; ``OSError`` (``socket.gaierror``
-    for a host that does not resolve) with nothing left open when it cannot be had. An
-    empty host is every interface, as for one process (asyncio's ``create_server``)."""
-    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    family, kind, proto, _, addr = infos[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(addr)
-        sock.listen(BACKLOG)
-    except OSError:
-        sock.close()
-        raise
-    sock.set_inheritable(True)
-    return sock
 
 
 @dataclass

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from humpyard.cli_args import worker_count
 from humpyard.cores import available_cores, cgroup_cpu_quota
-from humpyard.workers import worker_count
 
 V2_MOUNT = "30 24 0:26 {root} {point} rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
 V1_CPU_MOUNT = "31 24 0:27 {root} {point} rw,nosuid - cgroup cgroup rw,cpu,cpuacct\n"
